@@ -1,0 +1,234 @@
+"""Paged attention for one flat, mixed prefill + decode batch.
+
+Sequence ``b`` owns query rows ``query_start_loc[b]:query_start_loc[b+1]`` (``q_len_b`` rows,
+1 for a decode). ``seq_lens[b]`` counts every token in the cache for ``b`` *including* this
+step's (already written), so query row ``i`` of ``b`` sits at position
+``seq_lens[b] - q_len_b + i`` and attends causally to positions ``0..that position``.
+K/V of position ``p`` live at ``cache[block_tables[b, p // block_size], p % block_size]``.
+GQA: query head ``h`` reads kv head ``h // (Hq // Hk)``. Rows of ``q`` owned by no sequence
+get zeros.
+"""
+
+import math
+
+import torch
+
+from kernels.dispatch import next_pow2, tl, triton, use_triton
+
+# ----------------------------------------------------------------------------- reference
+
+
+def paged_attention_torch(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """Reference: per sequence, gather its blocks into dense K/V, masked softmax attention."""
+    _, hq, d = q.shape
+    block_size, hk = k_cache.shape[1], k_cache.shape[2]
+    group = hq // hk
+    out = torch.zeros_like(q)
+    starts = query_start_loc.tolist()
+    lens = seq_lens.tolist()
+    for b, seq_len in enumerate(lens):
+        q0, q1 = starts[b], starts[b + 1]
+        q_len = q1 - q0
+        if q_len == 0:
+            continue
+        if q_len > seq_len:
+            raise ValueError(f"sequence {b}: {q_len} query rows but seq_len {seq_len}")
+        n_blocks = -(-seq_len // block_size)
+        blocks = block_tables[b, :n_blocks].long()
+        k = k_cache[blocks].reshape(-1, hk, d)[:seq_len].float()  # [L, Hk, D]
+        v = v_cache[blocks].reshape(-1, hk, d)[:seq_len].float()
+        k = k.repeat_interleave(group, dim=1)  # [L, Hq, D]
+        v = v.repeat_interleave(group, dim=1)
+        qb = q[q0:q1].float()  # [q_len, Hq, D]
+        scores = torch.einsum("qhd,khd->hqk", qb, k) * scale
+        q_pos = torch.arange(seq_len - q_len, seq_len, device=q.device)
+        k_pos = torch.arange(seq_len, device=q.device)
+        future = k_pos[None, :] > q_pos[:, None]  # [q_len, L]
+        scores = scores.masked_fill(future[None], float("-inf"))
+        probs = torch.softmax(scores, dim=-1)
+        out[q0:q1] = torch.einsum("hqk,khd->qhd", probs, v).to(q.dtype)
+    return out
+
+
+# ----------------------------------------------------------------------------- triton
+
+
+@triton.jit
+def _paged_attention_kernel(
+    q_ptr,
+    kc_ptr,
+    vc_ptr,
+    out_ptr,
+    bt_ptr,
+    qsl_ptr,
+    sl_ptr,
+    scale_log2,
+    num_seqs,
+    block_size,
+    s_qt,
+    s_qh,
+    s_ot,
+    s_oh,
+    s_kb,
+    s_ko,
+    s_kh,
+    s_vb,
+    s_vo,
+    s_vh,
+    s_bt,
+    D: tl.constexpr,
+    G: tl.constexpr,
+    BLOCK_Q: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    DOT_PREC: tl.constexpr,
+):
+    """One program = one (query tile of ``BLOCK_Q`` tokens x ``G`` heads, kv head).
+
+    Tiles are numbered without a host sync: sequence ``b``'s tiles start at
+    ``query_start_loc[b] // BLOCK_Q + b``; the grid has ``T // BLOCK_Q + B`` tiles and each
+    program binary-searches its sequence (surplus tiles exit at once).
+    """
+    pid = tl.program_id(0)
+    kvh = tl.program_id(1)
+
+    lo = 0
+    hi = num_seqs - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if tl.load(qsl_ptr + mid) // BLOCK_Q + mid <= pid:
+            lo = mid
+        else:
+            hi = mid - 1
+    b = lo
+    q_start = tl.load(qsl_ptr + b)
+    q_len = tl.load(qsl_ptr + b + 1) - q_start
+    tile = pid - (q_start // BLOCK_Q + b)
+    if tile * BLOCK_Q >= q_len:
+        return
+    seq_len = tl.load(sl_ptr + b)
+    ctx = seq_len - q_len  # position of this sequence's first query row
+
+    # Rows of the tile: (query token, head within the kv group), token-major.
+    offs_m = tl.arange(0, BLOCK_M)
+    qi = tile * BLOCK_Q + offs_m // G
+    head = kvh * G + offs_m % G
+    row_ok = (offs_m < BLOCK_Q * G) & (qi < q_len)
+    q_pos = ctx + qi
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < D
+    tok = (q_start + qi).to(tl.int64)
+    q_off = tok[:, None] * s_qt + head[:, None] * s_qh + offs_d[None, :]
+    q = tl.load(q_ptr + q_off, mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+
+    kv_end = ctx + tl.minimum(q_len, (tile + 1) * BLOCK_Q)  # last key any row needs, + 1
+    bt_row = bt_ptr + b.to(tl.int64) * s_bt
+    for start_n in range(0, kv_end, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        n_ok = offs_n < kv_end
+        blk = tl.load(bt_row + offs_n // block_size, mask=n_ok, other=0).to(tl.int64)
+        off = (offs_n % block_size).to(tl.int64)
+        k_off = blk[None, :] * s_kb + off[None, :] * s_ko + kvh * s_kh + offs_d[:, None]
+        k = tl.load(kc_ptr + k_off, mask=n_ok[None, :] & d_ok[:, None], other=0.0)
+        s = tl.dot(q, k.to(q.dtype), input_precision=DOT_PREC) * scale_log2  # [M, N] fp32
+        ok = (offs_n[None, :] <= q_pos[:, None]) & n_ok[None, :]
+        s = tl.where(ok, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # fully masked (padding) rows
+        p = tl.exp2(s - m_safe[:, None])
+        alpha = tl.exp2(m_i - m_safe)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v_off = blk[:, None] * s_vb + off[:, None] * s_vo + kvh * s_vh + offs_d[None, :]
+        v = tl.load(vc_ptr + v_off, mask=n_ok[:, None] & d_ok[None, :], other=0.0)
+        acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype), input_precision=DOT_PREC)
+        m_i = m_new
+
+    acc = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
+    o_off = tok[:, None] * s_ot + head[:, None] * s_oh + offs_d[None, :]
+    tl.store(
+        out_ptr + o_off, acc.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :]
+    )
+
+
+def paged_attention_triton(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+    block_m: int | None = None,
+    block_n: int = 64,
+) -> torch.Tensor:
+    """Triton flash-style paged attention over the whole mixed batch (no host sync)."""
+    t, hq, d = q.shape
+    hk = k_cache.shape[2]
+    group = hq // hk
+    if q.stride(-1) != 1:
+        q = q.contiguous()
+    if k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
+        raise ValueError("caches must have a contiguous last dim")
+    block_tables = block_tables if block_tables.stride(-1) == 1 else block_tables.contiguous()
+    out = torch.zeros_like(q)
+    num_seqs = seq_lens.shape[0]
+    if t == 0 or num_seqs == 0:
+        return out
+    block_m = block_m or max(16, next_pow2(group))
+    block_q = block_m // group
+    grid = (t // block_q + num_seqs, hk)
+    _paged_attention_kernel[grid](
+        q, k_cache, v_cache, out, block_tables,
+        query_start_loc.contiguous(), seq_lens.contiguous(),
+        float(scale) * math.log2(math.e), num_seqs, k_cache.shape[1],
+        q.stride(0), q.stride(1), out.stride(0), out.stride(1),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        block_tables.stride(0),
+        D=d, G=group, BLOCK_Q=block_q, BLOCK_M=block_m, BLOCK_N=block_n,
+        BLOCK_D=max(16, next_pow2(d)),
+        DOT_PREC="ieee" if q.dtype == torch.float32 else "tf32",
+    )  # fmt: skip
+    return out
+
+
+# ----------------------------------------------------------------------------- public
+
+
+def paged_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+    impl: str = "auto",
+) -> torch.Tensor:
+    """Causal attention of ``q[T, Hq, D]`` over the paged cache; returns ``[T, Hq, D]``."""
+    if q.dim() != 3 or k_cache.dim() != 4 or k_cache.shape != v_cache.shape:
+        raise ValueError(f"bad shapes q {tuple(q.shape)}, k_cache {tuple(k_cache.shape)}")
+    hq, hk = q.shape[1], k_cache.shape[2]
+    if hq % hk or k_cache.shape[3] != q.shape[2]:
+        raise ValueError(
+            f"q heads/dim {tuple(q.shape[1:])} do not fit cache {tuple(k_cache.shape)}"
+        )
+    if query_start_loc.shape[0] != seq_lens.shape[0] + 1:
+        raise ValueError("query_start_loc must have len(seq_lens) + 1 entries")
+    tensors = (q, k_cache, v_cache, block_tables, query_start_loc, seq_lens)
+    if use_triton(impl, *tensors):
+        return paged_attention_triton(*tensors, scale)
+    return paged_attention_torch(*tensors, scale)

@@ -1,0 +1,170 @@
+"""The ``servesim`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from sim.errors import InputError
+
+console = Console()
+err_console = Console(stderr=True)
+
+SUMMARY_ROWS = [
+    ("requests", "{:d}"), ("finished", "{:d}"), ("rejected", "{:d}"),
+    ("duration_s", "{:.2f} s"), ("request_throughput", "{:.2f} req/s"),
+    ("output_token_throughput", "{:.0f} tok/s"),
+    ("ttft_p50", "{:.3f} s"), ("ttft_p99", "{:.3f} s"),
+    ("tpot_p50", "{:.4f} s"), ("tpot_p99", "{:.4f} s"),
+    ("e2e_p50", "{:.3f} s"), ("e2e_p99", "{:.3f} s"),
+    ("slo_attainment", "{:.1%}"), ("goodput", "{:.2f} req/s"), ("preemptions", "{:d}"),
+    ("mean_batch_size", "{:.1f}"), ("mean_kv_utilization", "{:.1%}"),
+]
+
+
+def print_summary(result) -> None:
+    s = result.summary
+    table = Table(title=f"{result.scenario.name} ({result.mode})", show_header=False)
+    for key, fmt in SUMMARY_ROWS:
+        if key in s and s[key] == s[key]:  # skip NaN
+            table.add_row(key, fmt.format(s[key]))
+    console.print(table)
+    for w in result.warnings:
+        console.print(f"[yellow]warning:[/] {w}")
+
+
+def _progress_callback(total: int):
+    """A rich progress bar over arrivals, shown only for long runs."""
+    if total < 20_000 or not console.is_terminal:
+        return None, None
+    from rich.progress import Progress
+
+    bar = Progress(transient=True, console=err_console)
+    task = bar.add_task("simulating", total=total)
+    step = max(1, total // 200)
+
+    def on_arrival(rid: int) -> None:
+        if rid % step == 0:
+            bar.update(task, completed=rid)
+
+    return bar, on_arrival
+
+
+def cmd_run(args) -> int:
+    from sim.results import write_results
+    from sim.scenario import load_scenario
+    from sim.simulate import simulate
+
+    scenario = load_scenario(args.scenario, args.set)
+    from sim.workload import build_workload  # noqa: F401  (validates the trace before the bar)
+
+    bar, cb = _progress_callback(scenario.workload.num_requests or 0)
+    if args.profile_sim:
+        import cProfile
+        import pstats
+
+        prof = cProfile.Profile()
+        result = prof.runcall(simulate, scenario)
+        pstats.Stats(prof, stream=sys.stdout).sort_stats("cumulative").print_stats(25)
+    elif bar is not None:
+        with bar:
+            result = simulate(scenario, progress=cb)
+    else:
+        result = simulate(scenario, progress=cb)
+    paths = write_results(result, args.out, args.format)
+    print_summary(result)
+    console.print(f"simulated {len(result.requests)} requests in {result.wall_s:.2f} s wall; "
+                  f"results in {Path(args.out).resolve()} "
+                  f"({', '.join(p.name for p in paths.values())})")
+    return 0
+
+
+def cmd_list(args) -> int:
+    from sim.specs import GPU_CATALOG, MODEL_CATALOG
+
+    if args.what == "models":
+        t = Table("name", "params", "layers", "hidden", "heads", "kv heads", "ffn", "vocab",
+                  "max len", "dtype", "experts")
+        for m in MODEL_CATALOG.values():
+            t.add_row(m.name, f"{m.num_params / 1e9:.2f}B", str(m.num_layers), str(m.hidden_size),
+                      str(m.num_heads), str(m.num_kv_heads), str(m.intermediate_size),
+                      str(m.vocab_size), str(m.max_model_len), m.dtype,
+                      f"{m.num_experts} (top {m.experts_per_token})" if m.is_moe else "-")
+    else:
+        t = Table("name", "memory", "bf16 TFLOP/s", "fp8 TFLOP/s", "HBM GB/s", "link GB/s",
+                  "link", "$/h")
+        for g in GPU_CATALOG.values():
+            t.add_row(g.name, f"{g.memory_bytes / 1e9:.0f} GB", f"{g.bf16_flops / 1e12:.0f}",
+                      f"{g.fp8_flops / 1e12:.0f}" if g.fp8_flops else "-",
+                      f"{g.hbm_bandwidth / 1e9:.0f}", f"{g.interconnect_bandwidth / 1e9:.0f}",
+                      g.interconnect, f"{g.price_per_hour:.2f}")
+    console.print(t)
+    return 0
+
+
+def cmd_bench(args) -> int:
+    from sim.bench import run_bench
+
+    return run_bench(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="servesim", description="Simulate LLM serving systems, and check the simulation "
+        "against a real engine.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="simulate a scenario and write its results")
+    run.add_argument("scenario", nargs="?", help="scenario YAML (default: the embedded default)")
+    run.add_argument("--out", default="results", help="output folder (default: results)")
+    run.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                     help="override a scenario field, e.g. --set workload.arrival.rate=8")
+    run.add_argument("--format", choices=["parquet", "csv"], default="parquet")
+    run.add_argument("--profile-sim", action="store_true",
+                     help="print where the simulator's own time goes (cProfile)")
+    run.set_defaults(func=cmd_run)
+
+    ls = sub.add_parser("list", help="show the model or GPU catalog")
+    ls.add_argument("what", choices=["models", "gpus"])
+    ls.set_defaults(func=cmd_list)
+
+    bench = sub.add_parser("bench", help="measure the simulator's own speed")
+    bench.add_argument("--requests", type=int, default=100_000)
+    bench.add_argument("--policies", nargs="+", default=["continuous", "chunked-prefill"])
+    bench.add_argument("--compare-stepping", action="store_true",
+                       help="also run step by step (no fast-forward) and print the speed-up")
+    bench.add_argument("--scaling", action="store_true",
+                       help="print the cost per request from 10k to 1M requests")
+    bench.set_defaults(func=cmd_bench)
+
+    for register in _extra_commands():
+        register(sub)
+    return p
+
+
+def _extra_commands():
+    """Commands that live beside the simulator (engine, calibration, studies)."""
+    from sim import commands
+
+    return commands.registered()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except InputError as e:
+        err_console.print(f"[red]error:[/] {e}", highlight=False)
+        return 2
+    except KeyboardInterrupt:
+        err_console.print("interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""The BatchPlan: the contract between scheduler, cost model and engine.
+
+A plan says which requests run in one step of one replica, how many new tokens each
+processes (a prefill chunk, or 1 for a decode), how much context each already has in the KV
+cache, whether it samples a token at the end of the step, and the memory actions taken
+before the step (blocks held, requests freed or preempted).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    req_ids: np.ndarray  # int64 [n]
+    num_new_tokens: np.ndarray  # int64 [n] query length of each row
+    num_computed: np.ndarray  # int64 [n] tokens already in the KV cache before this step
+    samples: np.ndarray  # bool [n] the row's last new token produces an output token
+    num_blocks: np.ndarray  # int64 [n] KV blocks the row holds during this step
+    freed: np.ndarray = field(default_factory=lambda: _EMPTY)  # ids whose blocks were released
+    preempted: np.ndarray = field(default_factory=lambda: _EMPTY)  # ids sent back to waiting
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.req_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.num_new_tokens.sum())
+
+    @property
+    def is_decode(self) -> np.ndarray:
+        """Rows that are plain decodes: one new token on top of a cached context."""
+        return (self.num_new_tokens == 1) & (self.num_computed > 0)
+
+    @property
+    def context_lens(self) -> np.ndarray:
+        """Total tokens in the cache for each row once this step has written its new ones."""
+        return self.num_computed + self.num_new_tokens
+
+    def shape(self) -> StepShape:
+        return StepShape.of(self)
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """What a cost model needs to know of a step. Fields may be arrays (many steps at once)."""
+
+    num_tokens: np.ndarray | float  # all new tokens
+    num_seqs: np.ndarray | float
+    prefill_tokens: np.ndarray | float  # new tokens of prefill rows
+    prefill_attn: np.ndarray | float  # Σ over prefill rows of q_len · context_len (attention work)
+    decode_seqs: np.ndarray | float
+    decode_context: np.ndarray | float  # Σ context of decode rows (KV bytes read)
+    num_sampled: np.ndarray | float
+
+    @classmethod
+    def of(cls, plan: BatchPlan) -> StepShape:
+        q = plan.num_new_tokens
+        ctx = plan.context_lens
+        dec = plan.is_decode
+        pre = ~dec
+        return cls(
+            num_tokens=float(q.sum()),
+            num_seqs=float(len(q)),
+            prefill_tokens=float(q[pre].sum()),
+            prefill_attn=float((q[pre] * ctx[pre]).sum()),
+            decode_seqs=float(dec.sum()),
+            decode_context=float(ctx[dec].sum()),
+            num_sampled=float(plan.samples.sum()),
+        )

@@ -1,0 +1,63 @@
+"""Run a scenario: build its traffic and cluster, run the SimPy environment, collect metrics."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pandas as pd
+import simpy
+
+from sim.cluster import Cluster
+from sim.cost import CostModelExecutor, make_cost_model
+from sim.executor import Executor
+from sim.metrics import requests_frame, summarize
+from sim.requests import RequestTable
+from sim.scenario import Scenario
+from sim.workload import build_workload
+
+
+@dataclass
+class RunResult:
+    scenario: Scenario
+    requests: pd.DataFrame
+    steps: pd.DataFrame
+    summary: dict
+    warnings: list[str] = field(default_factory=list)
+    wall_s: float = 0.0
+    mode: str = "simulate"
+
+
+def simulate(scenario: Scenario, *, env: simpy.Environment | None = None,
+             executor_factory: Callable[[int], Executor] | None = None,
+             progress: Callable[[int], None] | None = None, mode: str = "simulate") -> RunResult:
+    """Simulate ``scenario`` (or, given a real-time env and engine executors, execute it)."""
+    wall = time.perf_counter()
+    workload = build_workload(scenario)
+    table = RequestTable(workload.arrival, workload.prompt_len, workload.output_len)
+    if executor_factory is None:
+        cost = make_cost_model(scenario)
+        executor_factory = lambda _: CostModelExecutor(cost)  # noqa: E731
+    env = env or simpy.Environment()
+    cluster = Cluster(env, scenario, table, executor_factory)
+    cluster.on_arrival = progress
+    env.run()
+    return collect(scenario, table, cluster, time.perf_counter() - wall, mode)
+
+
+def collect(scenario: Scenario, table: RequestTable, cluster: Cluster, wall_s: float,
+            mode: str) -> RunResult:
+    requests = requests_frame(table, scenario.slo)
+    steps = cluster.log.frame()
+    hw = scenario.hardware
+    summary = summarize(requests, steps, num_gpus=scenario.replicas * hw.tp * hw.pp,
+                        kv_blocks_total=scenario.memory.num_blocks * scenario.replicas)
+    warnings = []
+    rejected = requests[requests["status"] == "rejected"]
+    if len(rejected):
+        reasons = rejected["reject_reason"].value_counts()
+        warnings += [f"{n} request(s) rejected: {r}" for r, n in reasons.items()]
+    if summary["unfinished"]:
+        warnings.append(f"{summary['unfinished']} request(s) never finished")
+    return RunResult(scenario, requests, steps, summary, warnings, wall_s, mode)
