@@ -107,11 +107,9 @@ class Tokenizer:
 
     @classmethod
     def from_gguf(cls, path: str | Path) -> Tokenizer:
-        import gguf
+        from engine.weights import gguf_field, open_gguf
 
-        from engine.weights import gguf_field
-
-        r = gguf.GGUFReader(str(path))
+        r = open_gguf(str(path))
         model = gguf_field(r, "tokenizer.ggml.model")
         if model != "gpt2":
             raise ValueError(f"only byte-level BPE ('gpt2') vocabularies are supported, not {model!r}")

@@ -12,6 +12,7 @@ import importlib.util
 import json
 import math
 from collections.abc import Callable
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -184,6 +185,14 @@ def smollm2_gguf_path() -> Path | None:
     return None
 
 
+@lru_cache(maxsize=2)
+def open_gguf(path: str | Path):
+    """A (cached) ``gguf.GGUFReader``: parsing a vocabulary's metadata takes seconds."""
+    import gguf
+
+    return gguf.GGUFReader(str(path))
+
+
 def gguf_field(reader, key: str, default=None):
     field = reader.fields.get(key)
     return default if field is None else field.contents()
@@ -241,15 +250,14 @@ def _gguf_layout(spec: ModelSpec) -> list[tuple[str, list[str]]]:
 def load_gguf(path: str | Path, *, dtype: str | torch.dtype | None = None,
               device: str | torch.device = "cpu", impl: str = "auto") -> LlamaModel:
     """A model from a llama GGUF file; quantised tensors are dequantised to ``dtype`` (fp32)."""
-    import gguf
     from gguf.quants import dequantize
 
-    reader = gguf.GGUFReader(str(path))
+    reader = open_gguf(str(path))
     spec = gguf_spec(reader)
     tensors = {t.name: t for t in reader.tensors}
 
     def get(name: str) -> np.ndarray:
         t = tensors[name]
-        return np.ascontiguousarray(dequantize(t.data, t.tensor_type), dtype=np.float32)
+        return np.array(dequantize(t.data, t.tensor_type), dtype=np.float32)  # a writable copy
 
     return _fill(LlamaModel(spec, dtype=dtype, device=device, impl=impl), _gguf_layout(spec), get)

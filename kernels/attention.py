@@ -70,8 +70,14 @@ def _paged_attention_kernel(
     bt_ptr,
     qsl_ptr,
     sl_ptr,
+    ws_m_ptr,
+    ws_l_ptr,
+    ws_acc_ptr,
     scale_log2,
     num_seqs,
+    num_tokens,
+    num_q_heads,
+    num_splits,
     block_size,
     s_qt,
     s_qh,
@@ -91,15 +97,20 @@ def _paged_attention_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
     DOT_PREC: tl.constexpr,
+    SPLIT: tl.constexpr,
 ):
-    """One program = one (query tile of ``BLOCK_Q`` tokens x ``G`` heads, kv head).
+    """One program = one (query tile of ``BLOCK_Q`` tokens x ``G`` heads, kv head, kv split).
 
     Tiles are numbered without a host sync: sequence ``b``'s tiles start at
     ``query_start_loc[b] // BLOCK_Q + b``; the grid has ``T // BLOCK_Q + B`` tiles and each
-    program binary-searches its sequence (surplus tiles exit at once).
+    program binary-searches its sequence (surplus tiles exit at once). With ``SPLIT`` the
+    key range is cut into ``num_splits`` contiguous parts (flash-decoding) and each program
+    writes its unnormalised partial result (running max in log2 units, sum, accumulator) to
+    the workspace for ``_combine_splits_kernel``.
     """
     pid = tl.program_id(0)
     kvh = tl.program_id(1)
+    split = tl.program_id(2)
 
     lo = 0
     hi = num_seqs - 1
@@ -136,7 +147,11 @@ def _paged_attention_kernel(
 
     kv_end = ctx + tl.minimum(q_len, (tile + 1) * BLOCK_Q)  # last key any row needs, + 1
     bt_row = bt_ptr + b.to(tl.int64) * s_bt
-    for start_n in range(0, kv_end, BLOCK_N):
+    n_tiles = tl.cdiv(kv_end, BLOCK_N)
+    per_split = tl.cdiv(n_tiles, num_splits)
+    first = split * per_split
+    last = tl.minimum(first + per_split, n_tiles)
+    for start_n in range(first * BLOCK_N, last * BLOCK_N, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         n_ok = offs_n < kv_end
         blk = tl.load(bt_row + offs_n // block_size, mask=n_ok, other=0).to(tl.int64)
@@ -156,11 +171,70 @@ def _paged_attention_kernel(
         acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype), input_precision=DOT_PREC)
         m_i = m_new
 
-    acc = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
-    o_off = tok[:, None] * s_ot + head[:, None] * s_oh + offs_d[None, :]
+    if SPLIT:
+        ws_row = (split * num_tokens + tok) * num_q_heads + head  # [M] int64
+        tl.store(ws_m_ptr + ws_row, m_i, mask=row_ok)
+        tl.store(ws_l_ptr + ws_row, l_i, mask=row_ok)
+        ws_off = ws_row[:, None] * BLOCK_D + offs_d[None, :]
+        tl.store(ws_acc_ptr + ws_off, acc, mask=row_ok[:, None])
+    else:
+        acc = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
+        o_off = tok[:, None] * s_ot + head[:, None] * s_oh + offs_d[None, :]
+        o_mask = row_ok[:, None] & d_ok[None, :]
+        tl.store(out_ptr + o_off, acc.to(out_ptr.dtype.element_ty), mask=o_mask)
+
+
+@triton.jit
+def _combine_splits_kernel(
+    ws_m_ptr,
+    ws_l_ptr,
+    ws_acc_ptr,
+    out_ptr,
+    num_tokens,
+    num_q_heads,
+    num_splits,
+    s_ot,
+    s_oh,
+    D: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
+    """Merge the per-split partials of one (token, query head); rows nobody wrote stay 0."""
+    tok = tl.program_id(0).to(tl.int64)
+    head = tl.program_id(1)
+    offs_d = tl.arange(0, BLOCK_D)
+    m_max = float("-inf")
+    for s in range(0, num_splits):
+        m_max = tl.maximum(m_max, tl.load(ws_m_ptr + (s * num_tokens + tok) * num_q_heads + head))
+    m_safe = tl.where(m_max == float("-inf"), 0.0, m_max)
+    total = 0.0
+    acc = tl.zeros([BLOCK_D], tl.float32)
+    for s in range(0, num_splits):
+        row = (s * num_tokens + tok) * num_q_heads + head
+        m_s = tl.load(ws_m_ptr + row)
+        w = tl.where(m_s == float("-inf"), 0.0, tl.exp2(m_s - m_safe))
+        total += w * tl.load(ws_l_ptr + row)
+        part = tl.load(ws_acc_ptr + row * BLOCK_D + offs_d)
+        acc += tl.where(w > 0.0, w * part, 0.0)
+    acc = acc / tl.where(total == 0.0, 1.0, total)
     tl.store(
-        out_ptr + o_off, acc.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :]
+        out_ptr + tok * s_ot + head * s_oh + offs_d,
+        acc.to(out_ptr.dtype.element_ty),
+        mask=offs_d < D,
     )
+
+
+_SM_COUNT: dict[int, int] = {}
+
+
+def _default_num_splits(q: torch.Tensor, programs: int) -> int:
+    """Split the key range only when the grid would leave most of the GPU idle."""
+    if not q.is_cuda:
+        return 1
+    idx = q.device.index if q.device.index is not None else torch.cuda.current_device()
+    if idx not in _SM_COUNT:
+        _SM_COUNT[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
+    target = 2 * _SM_COUNT[idx]
+    return 1 if programs >= target else min(16, -(-target // programs))
 
 
 def paged_attention_triton(
@@ -173,8 +247,13 @@ def paged_attention_triton(
     scale: float,
     block_m: int | None = None,
     block_n: int = 64,
+    num_splits: int | None = None,
 ) -> torch.Tensor:
-    """Triton flash-style paged attention over the whole mixed batch (no host sync)."""
+    """Triton flash-style paged attention over the whole mixed batch (no host sync).
+
+    ``num_splits`` > 1 splits every key range into that many parts plus a merge pass
+    (flash-decoding); default: 1 on CPU, on CUDA enough to give ~2 programs per SM.
+    """
     t, hq, d = q.shape
     hk = k_cache.shape[2]
     group = hq // hk
@@ -189,19 +268,32 @@ def paged_attention_triton(
         return out
     block_m = block_m or max(16, next_pow2(group))
     block_q = block_m // group
-    grid = (t // block_q + num_seqs, hk)
-    _paged_attention_kernel[grid](
+    block_d = max(16, next_pow2(d))
+    tiles = t // block_q + num_seqs
+    splits = num_splits or _default_num_splits(q, tiles * hk)
+    if splits > 1:
+        ws_m = torch.full((splits, t, hq), float("-inf"), dtype=torch.float32, device=q.device)
+        ws_l = torch.zeros((splits, t, hq), dtype=torch.float32, device=q.device)
+        ws_acc = torch.empty((splits, t, hq, block_d), dtype=torch.float32, device=q.device)
+    else:
+        ws_m = ws_l = ws_acc = out  # unused
+    _paged_attention_kernel[(tiles, hk, splits)](
         q, k_cache, v_cache, out, block_tables,
-        query_start_loc.contiguous(), seq_lens.contiguous(),
-        float(scale) * math.log2(math.e), num_seqs, k_cache.shape[1],
+        query_start_loc.contiguous(), seq_lens.contiguous(), ws_m, ws_l, ws_acc,
+        float(scale) * math.log2(math.e), num_seqs, t, hq, splits, k_cache.shape[1],
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         block_tables.stride(0),
         D=d, G=group, BLOCK_Q=block_q, BLOCK_M=block_m, BLOCK_N=block_n,
-        BLOCK_D=max(16, next_pow2(d)),
-        DOT_PREC="ieee" if q.dtype == torch.float32 else "tf32",
+        BLOCK_D=block_d, DOT_PREC="ieee" if q.dtype == torch.float32 else "tf32",
+        SPLIT=splits > 1,
     )  # fmt: skip
+    if splits > 1:
+        _combine_splits_kernel[(t, hq)](
+            ws_m, ws_l, ws_acc, out, t, hq, splits, out.stride(0), out.stride(1),
+            D=d, BLOCK_D=block_d,
+        )  # fmt: skip
     return out
 
 

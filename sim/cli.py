@@ -12,7 +12,7 @@ from rich.table import Table
 from sim.errors import InputError
 
 console = Console()
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, soft_wrap=True)
 
 SUMMARY_ROWS = [
     ("requests", "{:d}"), ("finished", "{:d}"), ("rejected", "{:d}"),
@@ -102,6 +102,7 @@ def cmd_list(args) -> int:
                       f"{g.fp8_flops / 1e12:.0f}" if g.fp8_flops else "-",
                       f"{g.hbm_bandwidth / 1e9:.0f}", f"{g.interconnect_bandwidth / 1e9:.0f}",
                       g.interconnect, f"{g.price_per_hour:.2f}")
+    t.columns[0].no_wrap = True
     console.print(t)
     return 0
 

@@ -1,0 +1,193 @@
+"""Where runs execute: in this process, a local process pool, or Ray.
+
+Every executor takes run specs with ``submit`` and hands back finished records, one at a
+time and in any order, with ``next_done``. A run's result depends only on its spec, so the
+executors agree: same seeds, same results.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+
+from sim.study.plan import RunSpec
+from sim.study.worker import execute_run
+
+RunFn = Callable[[RunSpec], dict]
+
+
+class Executor:
+    workers = 1
+
+    def submit(self, spec: RunSpec) -> None:
+        raise NotImplementedError
+
+    def next_done(self) -> tuple[RunSpec, dict]:
+        """Block until some submitted run finishes; its spec and record."""
+        raise NotImplementedError
+
+    @property
+    def in_flight(self) -> int:
+        raise NotImplementedError
+
+    def close(self, cancel: bool = False) -> None:
+        return None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, *_):
+        self.close(cancel=exc_type is not None)
+
+
+class SerialExecutor(Executor):
+    """Runs in this process, one at a time (``--jobs 1``): simplest to debug."""
+
+    def __init__(self, fn: RunFn = execute_run):
+        self.fn = fn
+        self.queue: deque[RunSpec] = deque()
+
+    def submit(self, spec: RunSpec) -> None:
+        self.queue.append(spec)
+
+    def next_done(self) -> tuple[RunSpec, dict]:
+        spec = self.queue.popleft()
+        return spec, self.fn(spec)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.queue)
+
+
+def _crashed(spec: RunSpec, why: str) -> dict:
+    return {"key": spec.key, "status": "error", "error": why, "summary": {}, "warnings": [],
+            "wall_s": 0.0}
+
+
+class LocalPoolExecutor(Executor):
+    """A pool of worker processes on this machine (all cores by default).
+
+    A worker that dies (killed, out of memory) breaks the pool: the runs it held are retried
+    once in a fresh pool, and a run in flight at two such crashes is recorded as failed.
+    """
+
+    def __init__(self, workers: int | None = None, fn: RunFn = execute_run):
+        self.workers = workers or os.cpu_count() or 1
+        self.fn = fn
+        self.futures: dict[Future, RunSpec] = {}
+        self.crashes: dict[str, int] = {}
+        self.ready: deque[tuple[RunSpec, dict]] = deque()
+        self.pool = self._new_pool()
+
+    def _new_pool(self) -> ProcessPoolExecutor:
+        method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+        ctx = mp.get_context(method)
+        if method == "forkserver":
+            ctx.set_forkserver_preload(["sim.study.worker"])
+        return ProcessPoolExecutor(self.workers, mp_context=ctx)
+
+    def submit(self, spec: RunSpec) -> None:
+        self.futures[self.pool.submit(self.fn, spec)] = spec
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.futures) + len(self.ready)
+
+    def next_done(self) -> tuple[RunSpec, dict]:
+        while not self.ready:
+            done, _ = wait(list(self.futures), return_when=FIRST_COMPLETED)
+            broken = []
+            for fut in done:
+                spec = self.futures.pop(fut)
+                try:
+                    self.ready.append((spec, fut.result()))
+                except BrokenProcessPool:
+                    broken.append(spec)
+                except Exception as e:  # the function itself failed outside its own guard
+                    self.ready.append((spec, _crashed(spec, f"{type(e).__name__}: {e}")))
+            if broken:
+                self._recover(broken)
+        return self.ready.popleft()
+
+    def _recover(self, broken: list[RunSpec]) -> None:
+        """Restart the pool; resubmit what it held, except runs that saw two crashes."""
+        others = list(self.futures.values())
+        self.futures.clear()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.pool = self._new_pool()
+        for spec in broken + others:
+            n = self.crashes[spec.key] = self.crashes.get(spec.key, 0) + 1
+            if n >= 2:
+                self.ready.append((spec, _crashed(
+                    spec, "the worker process died while running it (twice)")))
+            else:
+                self.submit(spec)
+
+    def close(self, cancel: bool = False) -> None:
+        if cancel:
+            for proc in list(getattr(self.pool, "_processes", {}).values()):
+                proc.terminate()  # interrupted: stop the runs in progress now
+        self.pool.shutdown(wait=not cancel, cancel_futures=True)
+
+
+class RayExecutor(Executor):
+    """Ray tasks: ``address`` joins a running cluster, otherwise a local Ray instance starts.
+
+    Cluster nodes need servesim installed (the same version), and any trace files at the same
+    paths, as the runs read them where they execute.
+    """
+
+    def __init__(self, address: str | None = None, workers: int | None = None,
+                 fn: RunFn = execute_run):
+        try:
+            import ray
+        except ImportError:
+            from sim.study.schema import StudyError
+
+            raise StudyError("--executor ray", None, "Ray is not installed; "
+                             "pip install 'ray>=2.9' (or use the local executor)") from None
+        self.ray = ray
+        self.started = not ray.is_initialized()
+        if self.started:
+            kwargs = {"address": address} if address else {"num_cpus": workers or os.cpu_count()}
+            ray.init(**kwargs, include_dashboard=False, log_to_driver=False,
+                     ignore_reinit_error=True, logging_level="warning")
+        self.workers = int(ray.cluster_resources().get("CPU", 1))
+        self.remote = ray.remote(num_cpus=1, max_retries=1)(fn)
+        self.refs: dict = {}
+
+    def submit(self, spec: RunSpec) -> None:
+        self.refs[self.remote.remote(spec)] = spec
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.refs)
+
+    def next_done(self) -> tuple[RunSpec, dict]:
+        [ref], _ = self.ray.wait(list(self.refs), num_returns=1)
+        spec = self.refs.pop(ref)
+        try:
+            return spec, self.ray.get(ref)
+        except Exception as e:  # task or worker failure (after Ray's own retry)
+            return spec, _crashed(spec, f"ray: {type(e).__name__}: {e}")
+
+    def close(self, cancel: bool = False) -> None:
+        if cancel:
+            for ref in self.refs:
+                self.ray.cancel(ref, force=True)
+        self.refs.clear()
+        if self.started:
+            self.ray.shutdown()
+
+
+def make_executor(kind: str, jobs: int | None = None, address: str | None = None,
+                  fn: RunFn = execute_run) -> Executor:
+    if kind == "ray":
+        return RayExecutor(address, jobs, fn)
+    if kind == "serial" or jobs == 1:
+        return SerialExecutor(fn)
+    return LocalPoolExecutor(jobs, fn)

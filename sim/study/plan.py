@@ -1,0 +1,219 @@
+"""Expanding a study into configurations, each validated up front, and keying its runs."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sim.errors import InputError, ScenarioError
+from sim.scenario import Scenario, scenario_from_dict
+from sim.study.cost import cost_per_hour, gpu_inventory
+from sim.study.overrides import apply, canonical, get_path, set_path, short_names, show
+from sim.study.schema import Curves, MaxRate, Study, StudyError
+
+KEY_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Config:
+    """One point of the study's grid: its overrides and the scenario mapping they give."""
+
+    index: int
+    label: str
+    values: dict[str, Any]  # swept field -> value ("case" for a named case)
+    sources: dict[str, str]  # override path -> where the study file sets it
+    data: dict  # the scenario mapping with every override applied (rate not yet)
+    rate_field: str | None
+    gpus: dict[str, int]
+    cost_per_hour: float
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(self.gpus.values())
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything a worker needs to run one simulation (picklable, no open files)."""
+
+    key: str
+    config: int
+    rate: float | None
+    data: dict = field(repr=False)
+    base_dir: str = "."
+    source: str = "study"
+    keep_requests: bool = False
+
+
+@dataclass
+class Plan:
+    study: Study
+    source: str  # the study file
+    scenario_path: Path
+    base_dir: Path
+    name: str
+    configs: list[Config]
+    swept: list[str]  # the swept fields, in order ("case" first when there are cases)
+
+    def spec(self, config: Config, rate: float | None) -> RunSpec:
+        data = config.data
+        if rate is not None and config.rate_field:
+            data = apply(data, {config.rate_field: rate}, self.source, "objective")
+        return RunSpec(run_key(data), config.index, rate, data, str(self.base_dir),
+                       f"{self.source} [{config.label}]")
+
+
+def run_key(data: dict) -> str:
+    """A run's stable identity: the hash of its fully overridden scenario and its seed."""
+    seed = data.get("seed", Scenario.model_fields["seed"].default)
+    text = canonical({"v": KEY_VERSION, "scenario": data, "seed": seed})
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def read_scenario_mapping(path: Path) -> dict:
+    if not path.is_file():
+        raise ScenarioError(str(path), None, "no such scenario file")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise ScenarioError(str(path), None, f"not valid YAML: {getattr(e, 'problem', e)}") \
+            from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ScenarioError(str(path), None, "expected a mapping of fields")
+    return data
+
+
+def _combinations(study: Study) -> list[tuple[dict[str, Any], dict[str, str], dict[str, Any]]]:
+    """(overrides, where each override is set, swept values) for each configuration."""
+    v = study.vary
+    grid_keys = list(v.grid)
+    grid = list(itertools.product(*(v.grid[k] for k in grid_keys))) or [()]
+    zip_keys = list(v.zip)
+    zipped = list(zip(*(v.zip[k] for k in zip_keys))) or [()]
+    cases: list[Any] = list(enumerate(v.cases)) or [None]
+    out = []
+    for case, g, z in itertools.product(cases, grid, zipped):
+        overrides = dict(study.set)
+        sources = {k: f"set.{k}" for k in study.set}
+        values: dict[str, Any] = {}
+        if case is not None:
+            i, c = case
+            overrides.update(c.set)
+            sources.update({k: f"vary.cases[{i}].set.{k}" for k in c.set})
+            values["case"] = c.name
+        for kind, keys, vals in (("grid", grid_keys, g), ("zip", zip_keys, z)):
+            for k, val in zip(keys, vals):
+                overrides[k] = val
+                sources[k] = f"vary.{kind}.{k}"
+                values[k] = val
+        out.append((overrides, sources, values))
+    return out
+
+
+def _label(values: dict[str, Any], short: dict[str, str]) -> str:
+    parts = [show(val) if k == "case" else f"{short[k]}={show(val)}" for k, val in values.items()]
+    return ", ".join(parts) or "base"
+
+
+def _culprit(err_field: str | None, sources: dict[str, str]) -> str | None:
+    """The override that most likely caused a scenario error at ``err_field``."""
+    if not err_field:
+        return None
+    hits = [p for p in sources
+            if err_field == p or err_field.startswith(p + ".") or p.startswith(err_field + ".")]
+    return max(hits, key=len) if hits else None
+
+
+def _probe_rate(study: Study) -> float | None:
+    obj = study.objective
+    if isinstance(obj, MaxRate):
+        return obj.bracket[0]
+    if isinstance(obj, Curves):
+        return obj.rates[0]
+    return obj.rate
+
+
+def _default_rate_field(data: dict) -> str:
+    return "workload.trace.rate" if get_path(data, "workload.trace") else "workload.arrival.rate"
+
+
+def plan_study(study: Study, study_path: str | Path) -> Plan:
+    """Expand ``study`` into configurations and validate every one (errors name the file)."""
+    study_path = Path(study_path)
+    source = str(study_path)
+    scenario_path = (study_path.parent / study.scenario).resolve()
+    base_dir = scenario_path.parent
+    try:
+        base = read_scenario_mapping(scenario_path)
+    except ScenarioError as e:
+        raise StudyError(source, "scenario", f"{e}") from None
+    scenario_from_dict(base, str(scenario_path), base_dir)  # the base on its own: names its file
+
+    combos = _combinations(study)
+    swept = list(combos[0][2])
+    short = short_names([k for k in swept if k != "case"])
+    obj = study.objective
+    rate = _probe_rate(study)
+    configs: list[Config] = []
+    checked_workloads: set[str] = set()
+    for i, (overrides, sources, values) in enumerate(combos):
+        label = _label(values, short)
+        data = apply(base, overrides, source, "")
+        rate_field = obj.rate_field or _default_rate_field(data)
+        probe = data
+        if rate is not None and rate_field in overrides:
+            raise StudyError(source, sources[rate_field],
+                             f"{rate_field} is set by the {obj.kind} objective; vary it there "
+                             "(bracket, rates or rate), not in the study's overrides")
+        if rate is not None:
+            probe = apply(data, {}, source, "")
+            set_path(probe, rate_field, rate, source, "objective.rate_field")
+            sources = {**sources, rate_field: "objective.rate_field" if obj.rate_field
+                       else "objective"}
+        scenario = _validate(probe, source, base_dir, label, overrides, sources)
+        _check_traffic(scenario, probe, source, label, checked_workloads)
+        gpus = gpu_inventory(scenario)
+        configs.append(Config(i, label, values, sources, data, rate_field if rate is not None
+                              else None, gpus, cost_per_hour(gpus, study.prices)))
+    name = study.name or study_path.stem
+    return Plan(study, source, scenario_path, base_dir, name, configs, swept)
+
+
+def _validate(data: dict, source: str, base_dir: Path, label: str, overrides: dict[str, Any],
+              sources: dict[str, str]) -> Scenario:
+    try:
+        return scenario_from_dict(data, f"{source} [{label}]", base_dir)
+    except ScenarioError as e:
+        culprit = _culprit(e.field, sources)
+        if culprit is None:
+            raise StudyError(source, "vary" if overrides else "scenario",
+                             f"configuration [{label}]: {e.field or 'scenario'}: {e.message}") \
+                from None
+        value = get_path(data, culprit)
+        raise StudyError(source, sources[culprit],
+                         f"{culprit}={show(value)} in configuration [{label}]: "
+                         f"{e.field}: {e.message}") from None
+
+
+def _check_traffic(scenario: Scenario, data: dict, source: str, label: str, seen: set[str]) -> None:
+    """Read each distinct trace-based workload once, so a missing trace stops the study now."""
+    workload = data.get("workload") or {}
+    if '"path":' not in canonical(workload):
+        return
+    key = canonical(workload)
+    if key in seen:
+        return
+    seen.add(key)
+    from sim.workload import build_workload
+
+    try:
+        build_workload(scenario)
+    except InputError as e:
+        raise StudyError(source, f"scenario (configuration [{label}])", str(e)) from None

@@ -1,0 +1,208 @@
+"""The study file: a base scenario, what to vary, and the question to answer.
+
+Parsed with pydantic (unknown fields are errors); every error names the study file and the
+field path, and becomes exit code 2 in the CLI.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    PositiveFloat,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from sim.errors import InputError
+
+Fraction = Annotated[float, Field(gt=0, le=1)]
+
+# Latency metrics of a run's summary that ``limits`` may bound from above.
+LATENCY_METRIC = re.compile(r"^(ttft|tpot|e2e|queueing_delay)_(mean|p50|p90|p99)$")
+
+
+class StudyError(InputError):
+    """A problem in a study file (or in one of the configurations it expands to)."""
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Case(Strict):
+    """A named set of overrides, for variants that differ in more than one field."""
+
+    name: str
+    set: dict[str, Any] = {}
+
+
+class Vary(Strict):
+    """What changes between configurations: the product of grid × zip × cases.
+
+    ``grid`` takes every combination of its lists; ``zip`` lists (all the same length) change
+    together; ``cases`` are labelled override sets. Keys are dotted scenario field paths.
+    """
+
+    grid: dict[str, list[Any]] = {}
+    zip: dict[str, list[Any]] = {}
+    cases: list[Case] = []
+
+    @field_validator("grid", "zip")
+    @classmethod
+    def _non_empty_lists(cls, v: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        for key, values in v.items():
+            if not values:
+                raise ValueError(f"{key}: give at least one value")
+        return v
+
+    @model_validator(mode="after")
+    def _zip_lengths(self):
+        lengths = {k: len(v) for k, v in self.zip.items()}
+        if len(set(lengths.values())) > 1:
+            raise ValueError(f"zip lists must have the same length, got {lengths}")
+        both = set(self.grid) & set(self.zip)
+        if both:
+            raise ValueError(f"{sorted(both)} appear in both grid and zip")
+        names = [c.name for c in self.cases]
+        if len(set(names)) != len(names):
+            raise ValueError("case names must be unique")
+        return self
+
+
+class Acceptance(Strict):
+    """When a run counts as meeting the SLOs."""
+
+    slo_target: Fraction = 0.9  # share of requests within the scenario's slo limits
+    limits: dict[str, PositiveFloat] = {}  # upper bounds on summary latencies, e.g. ttft_p99
+    rate_field: str | None = None  # None: workload.trace.rate for traces, else arrival rate
+
+    @field_validator("limits")
+    @classmethod
+    def _latency_metrics(cls, v: dict[str, float]) -> dict[str, float]:
+        for key in v:
+            if not LATENCY_METRIC.match(key):
+                raise ValueError(f"{key!r} is not a latency metric; expected e.g. ttft_p99, "
+                                 "tpot_p90, e2e_p50 or queueing_delay_mean")
+        return v
+
+
+class MaxRate(Acceptance):
+    """Highest arrival rate whose runs still meet the SLOs, per configuration (bisection)."""
+
+    kind: Literal["max_rate"]
+    bracket: tuple[PositiveFloat, PositiveFloat]  # requests/s: lowest and highest rate tried
+    rel_tol: Fraction = 0.05  # stop when hi - lo ≤ max(rel_tol × lo, abs_tol)
+    abs_tol: NonNegativeFloat = 0.0
+    rank_by: Literal["max_rate", "max_rate_per_gpu", "max_rate_per_dollar"] = "max_rate"
+
+    @field_validator("bracket")
+    @classmethod
+    def _ordered(cls, v):
+        if v[0] >= v[1]:
+            raise ValueError(f"expected [low, high] with low < high, got {list(v)}")
+        return v
+
+
+class Cheapest(Acceptance):
+    """The configuration with the lowest GPU cost per hour that meets the SLOs at a rate."""
+
+    kind: Literal["cheapest"]
+    rate: PositiveFloat | None = None  # None: the scenario's own traffic
+
+
+class Curves(Acceptance):
+    """Latency–throughput curves: every configuration at every rate, and the Pareto front."""
+
+    kind: Literal["curves"]
+    rates: list[PositiveFloat] = Field(min_length=1)
+    rank_by: str = "goodput_per_gpu"
+
+
+Objective = Annotated[MaxRate | Cheapest | Curves, Field(discriminator="kind")]
+
+
+class ReportOptions(Strict):
+    heatmap: tuple[str, str] | None = None  # two swept fields; default: the first two
+    pareto: tuple[str, str] | None = None  # x and y metrics; default depends on the objective
+    latency: list[str] = ["ttft_p99", "tpot_p99", "e2e_p50"]  # drawn against load
+    png: bool = False  # also write each figure as PNG (needs kaleido and Chrome/Chromium)
+
+
+class Study(Strict):
+    name: str | None = None  # default: the study file's name
+    scenario: str  # base scenario, relative to the study file
+    set: dict[str, Any] = {}  # overrides applied to every configuration
+    vary: Vary = Vary()
+    objective: Objective
+    prices: dict[str, PositiveFloat] = {}  # USD per GPU-hour, overriding the GPU catalog
+    report: ReportOptions = ReportOptions()
+
+    @field_validator("prices")
+    @classmethod
+    def _known_gpus(cls, v: dict[str, float]) -> dict[str, float]:
+        from sim.specs import get_gpu
+
+        out = {}
+        for name, price in v.items():
+            try:
+                out[get_gpu(name).name] = price
+            except KeyError as e:
+                raise ValueError(e.args[0]) from None
+        return out
+
+
+def _format_loc(loc: tuple) -> str:
+    parts: list[str] = []
+    for p in loc:
+        if isinstance(p, int):
+            parts.append(f"[{p}]")
+        elif p in ("max_rate", "cheapest", "curves") or str(p).startswith("function-"):
+            continue
+        else:
+            parts.append(("." if parts else "") + str(p))
+    return "".join(parts) or "(top level)"
+
+
+def study_from_dict(data: Any, source: str) -> Study:
+    if not isinstance(data, dict):
+        raise StudyError(source, None, f"expected a mapping of fields, got {type(data).__name__}")
+    try:
+        return Study.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field"
+        elif err["type"] == "union_tag_invalid":
+            msg = "expected objective kind max_rate, cheapest or curves" + (
+                f" (got {err['input'].get('kind')!r})" if isinstance(err.get("input"), dict)
+                else "")
+        elif "input" in err and err["type"] != "missing":
+            msg = f"{msg} (got {err['input']!r})"
+        more = f" (and {len(e.errors()) - 1} more problems)" if len(e.errors()) > 1 else ""
+        raise StudyError(source, _format_loc(err["loc"]), msg + more) from None
+
+
+def load_study(path: str | Path) -> Study:
+    """Read and validate a study file (the configurations are checked by ``plan_study``)."""
+    path = Path(path)
+    source = str(path)
+    if not path.is_file():
+        raise StudyError(source, None, "no such study file")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "somewhere"
+        raise StudyError(source, None, f"not valid YAML ({where}): {getattr(e, 'problem', e)}") \
+            from None
+    return study_from_dict(data if data is not None else {}, source)

@@ -1,0 +1,38 @@
+"""One run, in whatever process executes it: never raises, a failure becomes a record."""
+
+from __future__ import annotations
+
+import math
+import time
+import traceback
+
+from sim.study.plan import RunSpec
+
+
+def _clean(v):
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if hasattr(v, "item"):  # numpy scalars
+        return _clean(v.item())
+    return v
+
+
+def execute_run(spec: RunSpec) -> dict:
+    """Simulate one configuration; returns the run's record (``requests`` only if asked)."""
+    wall = time.perf_counter()
+    try:
+        from sim.scenario import scenario_from_dict
+        from sim.simulate import simulate
+
+        scenario = scenario_from_dict(spec.data, spec.source, spec.base_dir)
+        result = simulate(scenario)
+    except Exception as e:  # a broken run is recorded; the study goes on
+        return {"key": spec.key, "status": "error", "error": f"{type(e).__name__}: {e}",
+                "traceback": traceback.format_exc(limit=-3), "summary": {},
+                "warnings": [], "wall_s": time.perf_counter() - wall}
+    record = {"key": spec.key, "status": "ok", "error": None,
+              "summary": {k: _clean(v) for k, v in result.summary.items()},
+              "warnings": list(result.warnings), "wall_s": time.perf_counter() - wall}
+    if spec.keep_requests:
+        record["requests"] = result.requests
+    return record

@@ -1,0 +1,18 @@
+"""Shared test helpers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+AZURE_TRACE = SHARED / "traces" / "AzureLLMInferenceTrace_conv.csv"
+
+
+@pytest.fixture
+def azure_trace() -> Path:
+    if not AZURE_TRACE.is_file():
+        pytest.skip(f"the shared Azure trace is not present at {AZURE_TRACE}")
+    return AZURE_TRACE

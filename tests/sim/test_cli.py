@@ -1,0 +1,68 @@
+"""The command line: the README's run command, catalog listings, overrides."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pandas as pd
+
+from sim.cli import main
+
+
+def test_readme_run_command_writes_the_result_files(tmp_path):
+    # The README's command runs `servesim run` on the embedded default scenario.
+    env = {**os.environ, "COLUMNS": "120"}
+    p = subprocess.run([sys.executable, "-m", "sim.cli", "run", "--out", str(tmp_path / "r"),
+                        "--set", "workload.num_requests=300"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr
+    out = tmp_path / "r"
+    for name in ("requests.parquet", "steps.parquet", "summary.json", "report.html"):
+        assert (out / name).is_file(), name
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["summary"]["finished"] == 300
+    req = pd.read_parquet(out / "requests.parquet")
+    assert {"ttft", "tpot", "e2e", "queueing_delay", "preemptions", "slo_met"} <= set(req.columns)
+    html = (out / "report.html").read_text()
+    assert "plotly" in html and "TTFT" in html
+    assert "ttft_p99" in p.stdout
+
+
+def test_csv_output_and_overrides(tmp_path, capsys):
+    code = main(["run", "--out", str(tmp_path), "--format", "csv", "--set",
+                 "workload.num_requests=50", "--set", "scheduler.policy=chunked-prefill"])
+    assert code == 0
+    req = pd.read_csv(tmp_path / "requests.csv")
+    assert len(req) == 50
+    cfg = json.loads((tmp_path / "summary.json").read_text())["config"]
+    assert cfg["scheduler"]["policy"] == "chunked-prefill"
+
+
+def test_list_catalogs(capsys):
+    assert main(["list", "models"]) == 0
+    out = capsys.readouterr().out
+    for name in ("llama-2-7b", "llama-3-8b", "llama-3-70b", "mistral-7b", "qwen2.5-7b",
+                 "tiny-llama"):
+        assert name in out
+    assert main(["list", "gpus"]) == 0
+    out = capsys.readouterr().out
+    for name in ("A100-40GB", "A100-80GB", "H100-SXM", "H200", "L40S", "B200"):
+        assert name in out
+
+
+def test_model_from_hf_config(tmp_path, capsys):
+    cfg = {"hidden_size": 512, "num_attention_heads": 8, "num_key_value_heads": 2,
+           "num_hidden_layers": 4, "intermediate_size": 1024, "vocab_size": 1000,
+           "max_position_embeddings": 2048, "torch_dtype": "bfloat16"}
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps(cfg))
+    (tmp_path / "s.yaml").write_text(
+        "model: {hf_config: m, name: mine}\nworkload: {num_requests: 20}\n")
+    assert main(["run", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "o")]) == 0
+    from sim.specs import model_from_hf_config
+
+    spec = model_from_hf_config(tmp_path / "m")
+    assert spec.num_kv_heads == 2 and spec.head_dim == 64 and spec.dtype == "bf16"

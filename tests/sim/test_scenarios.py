@@ -1,0 +1,29 @@
+"""Every shipped scenario validates and runs (shrunk to a few requests)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sim.scenario import load_scenario
+from sim.simulate import simulate
+from tests.conftest import AZURE_TRACE, REPO
+
+SCENARIOS = sorted((REPO / "scenarios").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.name)
+def test_shipped_scenario_runs(path: Path):
+    text = path.read_text()
+    if "shared/traces" in text and not AZURE_TRACE.is_file():
+        pytest.skip("needs the shared Azure trace")
+    s = load_scenario(path, ["workload.num_requests=60"])
+    r = simulate(s)
+    assert r.summary["finished"] + r.summary["rejected"] == r.summary["requests"] > 0
+
+
+def test_there_is_a_scenario_per_policy():
+    names = {p.name for p in SCENARIOS}
+    assert {"policy-static.yaml", "policy-continuous.yaml", "policy-chunked-prefill.yaml",
+            "quickstart.yaml", "azure-conversation.yaml"} <= names
