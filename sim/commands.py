@@ -10,6 +10,7 @@ import importlib
 
 EXTRA = [
     "sim.commands_builtin:register",
+    "sim.study.cli:register",
 ]
 
 

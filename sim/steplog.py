@@ -42,4 +42,7 @@ class StepLog:
         self.n += k
 
     def frame(self) -> pd.DataFrame:
-        return pd.DataFrame({k: v[: self.n] for k, v in self.cols.items()})
+        """All steps, ordered by start time then replica."""
+        cols = {k: v[: self.n] for k, v in self.cols.items()}
+        order = np.lexsort((cols["replica"], cols["start"]))
+        return pd.DataFrame({k: v[order] for k, v in cols.items()})

@@ -50,6 +50,19 @@ class Policy:
     def schedule(self, now: float) -> BatchPlan | None:
         raise NotImplementedError
 
+    # -- fast-forward hooks (see sim/fastforward.py) -----------------------------------------
+    def can_fast_forward(self, plan: BatchPlan) -> bool:
+        """Would this pure-decode plan repeat unchanged until a completion, an arrival that
+        may join, or a KV block shortage? True when every running request decodes in it and
+        the queue (if any) is blocked by memory or slots, which decodes never free."""
+        return (plan.num_seqs == self.running.size and plan.preempted.size == 0
+                and bool(plan.samples.all())
+                and bool(plan.is_decode.all()))
+
+    def arrival_may_join(self) -> bool:
+        """Could a request arriving now join the batch at the next step?"""
+        return not self.waiting
+
     # -- admission -------------------------------------------------------------------------
     def _never_fits(self, rid: int) -> RejectReason:
         t = self.table
@@ -66,12 +79,15 @@ class Policy:
         self.rejected.append(rid)
 
     def _admit_waiting(self, token_budget: int, seq_budget: int, *, chunked: bool,
-                       reserve_tokens=None) -> tuple[list[int], list[int]]:
+                       step_capacity: int | None = None, reserve_tokens=None
+                       ) -> tuple[list[int], list[int]]:
         """Move requests from the head of the queue into ``running`` while they fit.
 
         Returns the admitted ids and the tokens each processes this step. ``reserve_tokens``
         (rid -> tokens) reserves blocks for more than this step's tokens (static batching).
+        ``step_capacity`` is the most tokens any one step may carry (default: the budget).
         """
+        step_capacity = token_budget if step_capacity is None else step_capacity
         t, blocks = self.table, self.blocks
         ids: list[int] = []
         new: list[int] = []
@@ -86,14 +102,15 @@ class Policy:
             remaining = int(t.num_tokens[rid] - t.num_computed[rid])
             n = min(remaining, token_budget) if chunked else remaining
             if n > token_budget:
-                # A whole prompt larger than a step: never schedulable, unless it is a preempted
-                # request whose prompt + output so far grew past the budget; that one runs alone.
-                if t.num_generated[rid] == 0:
+                oversized = n > step_capacity
+                if oversized and t.num_generated[rid] == 0:
+                    # A whole prompt larger than any step: it can never be scheduled.
                     self.waiting.popleft()
                     self._reject(rid, RejectReason.EXCEEDS_BATCH_TOKENS)
                     continue
-                if ids or self.running.size:
-                    break
+                if not (oversized and not ids):
+                    break  # wait for the next step's budget
+                # A preempted request whose prompt + output so far outgrew a step runs alone.
             reserve = n if reserve_tokens is None else reserve_tokens(rid)
             need = int(blocks.blocks_for(int(t.num_computed[rid]) + reserve)) - int(t.num_blocks[rid])
             if need > free:

@@ -24,6 +24,9 @@ class StaticBatching(Policy):
     def _watermark_blocks(self) -> int:
         return 0  # memory is reserved whole, so no headroom is needed
 
+    def arrival_may_join(self) -> bool:
+        return False  # nobody joins a running batch
+
     def schedule(self, now: float) -> BatchPlan | None:
         t = self.table
         if self.batch.size:

@@ -96,7 +96,7 @@ def _combinations(study: Study) -> list[tuple[dict[str, Any], dict[str, str], di
     grid_keys = list(v.grid)
     grid = list(itertools.product(*(v.grid[k] for k in grid_keys))) or [()]
     zip_keys = list(v.zip)
-    zipped = list(zip(*(v.zip[k] for k in zip_keys))) or [()]
+    zipped = list(zip(*(v.zip[k] for k in zip_keys), strict=True)) or [()]
     cases: list[Any] = list(enumerate(v.cases)) or [None]
     out = []
     for case, g, z in itertools.product(cases, grid, zipped):
@@ -109,7 +109,7 @@ def _combinations(study: Study) -> list[tuple[dict[str, Any], dict[str, str], di
             sources.update({k: f"vary.cases[{i}].set.{k}" for k in c.set})
             values["case"] = c.name
         for kind, keys, vals in (("grid", grid_keys, g), ("zip", zip_keys, z)):
-            for k, val in zip(keys, vals):
+            for k, val in zip(keys, vals, strict=True):
                 overrides[k] = val
                 sources[k] = f"vary.{kind}.{k}"
                 values[k] = val
@@ -192,10 +192,14 @@ def _validate(data: dict, source: str, base_dir: Path, label: str, overrides: di
         return scenario_from_dict(data, f"{source} [{label}]", base_dir)
     except ScenarioError as e:
         culprit = _culprit(e.field, sources)
+        if culprit is None and len(overrides) == 1:
+            culprit = next(iter(overrides))  # cross-field checks (does it fit?) name no field
         if culprit is None:
-            raise StudyError(source, "vary" if overrides else "scenario",
-                             f"configuration [{label}]: {e.field or 'scenario'}: {e.message}") \
-                from None
+            where = "vary" if any(v.startswith("vary") for v in sources.values()) else \
+                "scenario" if not overrides else "set"
+            given = ", ".join(f"{k}={show(v)}" for k, v in overrides.items())
+            raise StudyError(source, where, f"configuration [{label}] ({given or 'no overrides'})"
+                             f": {e.field or 'scenario'}: {e.message}") from None
         value = get_path(data, culprit)
         raise StudyError(source, sources[culprit],
                          f"{culprit}={show(value)} in configuration [{label}]: "

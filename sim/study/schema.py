@@ -30,6 +30,25 @@ Fraction = Annotated[float, Field(gt=0, le=1)]
 LATENCY_METRIC = re.compile(r"^(ttft|tpot|e2e|queueing_delay)_(mean|p50|p90|p99)$")
 
 
+# Per-run summary metrics a study can rank, plot or bound.
+RUN_METRICS = (
+    "slo_attainment", "goodput", "goodput_per_gpu", "request_throughput",
+    "output_token_throughput", "ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "tpot_p90",
+    "tpot_p99", "e2e_p50", "e2e_p90", "e2e_p99", "queueing_delay_mean", "preemptions",
+    "rejected", "unfinished", "requests", "finished", "duration_s", "mean_batch_size",
+    "mean_kv_utilization",
+)
+# ... and per-configuration columns.
+CONFIG_METRICS = ("rate", "cost_per_hour", "num_gpus", "max_rate", "max_rate_per_gpu",
+                  "max_rate_per_dollar")
+
+
+def _check_metric(name: str, allowed: tuple[str, ...]) -> str:
+    if name not in allowed:
+        raise ValueError(f"unknown metric {name!r}; expected one of {', '.join(allowed)}")
+    return name
+
+
 class StudyError(InputError):
     """A problem in a study file (or in one of the configurations it expands to)."""
 
@@ -126,6 +145,11 @@ class Curves(Acceptance):
     rates: list[PositiveFloat] = Field(min_length=1)
     rank_by: str = "goodput_per_gpu"
 
+    @field_validator("rank_by")
+    @classmethod
+    def _metric(cls, v: str) -> str:
+        return _check_metric(v, RUN_METRICS)
+
 
 Objective = Annotated[MaxRate | Cheapest | Curves, Field(discriminator="kind")]
 
@@ -135,6 +159,21 @@ class ReportOptions(Strict):
     pareto: tuple[str, str] | None = None  # x and y metrics; default depends on the objective
     latency: list[str] = ["ttft_p99", "tpot_p99", "e2e_p50"]  # drawn against load
     png: bool = False  # also write each figure as PNG (needs kaleido and Chrome/Chromium)
+
+    @field_validator("pareto")
+    @classmethod
+    def _pareto_metrics(cls, v):
+        if v is not None:
+            for name in v:
+                _check_metric(name, RUN_METRICS + CONFIG_METRICS)
+        return v
+
+    @field_validator("latency")
+    @classmethod
+    def _latency_metrics(cls, v: list[str]) -> list[str]:
+        for name in v:
+            _check_metric(name, RUN_METRICS)
+        return v
 
 
 class Study(Strict):

@@ -160,3 +160,13 @@ def test_executor_stop_mask_ends_requests_early():
 
     r = simulate(s, executor_factory=lambda _: StopAtThird())
     assert (r.requests["output_tokens"] == 3).all()
+
+
+def test_only_prompts_longer_than_a_step_are_rejected_for_it():
+    s = scenario(scheduler__policy="continuous", scheduler__max_batched_tokens=2048,
+                 workload__arrival={"process": "poisson", "rate": 200},
+                 workload__prompt_len={"dist": "uniform", "min": 200, "max": 2600})
+    df = simulate(s).requests
+    rejected = df[df["status"] == "rejected"]
+    assert (rejected["prompt_tokens"] > 2048).all()
+    assert ((df["prompt_tokens"] > 2048) == (df["status"] == "rejected")).all()
