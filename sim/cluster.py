@@ -7,7 +7,6 @@ say how long the step takes, wait that long, commit the outcome. One SimPy event
 from __future__ import annotations
 
 from collections.abc import Callable
-
 from heapq import heappush
 from itertools import islice
 

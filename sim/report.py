@@ -82,7 +82,7 @@ def page(title: str, parts: list[str]) -> str:
 
 def figure_html(fig: go.Figure, first: bool) -> str:
     """Embed plotly.js once per page (inline, so reports open offline)."""
-    return fig.to_html(full_html=False, include_plotlyjs=True if first else False)
+    return fig.to_html(full_html=False, include_plotlyjs=bool(first))
 
 
 def write_report(result, path: str | Path) -> Path:

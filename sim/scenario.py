@@ -270,9 +270,7 @@ def _set_path(data: dict, dotted: str, value: Any, source: str) -> None:
     node = data
     for i, key in enumerate(keys[:-1]):
         child = node.get(key)
-        if child is None:
-            child = node[key] = {}
-        elif isinstance(child, str) and key == "model":
+        if child is None or (isinstance(child, str) and key == "model"):
             child = node[key] = {}
         elif not isinstance(child, dict):
             raise ScenarioError(source, ".".join(keys[: i + 1]),
@@ -345,8 +343,8 @@ def check_feasible(s: Scenario, source: str) -> None:
             f"pp={s.hardware.pp}: weights {mem.weight_bytes / gib:.1f} GiB + activations "
             f"{mem.activation_bytes / gib:.1f} GiB per GPU exceed the usable "
             f"{mem.usable_bytes / gib:.1f} GiB; expected more GPUs (tp/pp) or a larger GPU")
-    if spec.num_heads % s.hardware.tp or spec.num_kv_heads % s.hardware.tp and \
-            s.hardware.tp % spec.num_kv_heads:
+    if spec.num_heads % s.hardware.tp or (spec.num_kv_heads % s.hardware.tp and \
+            s.hardware.tp % spec.num_kv_heads):
         raise ScenarioError(source, "hardware.tp",
                             f"must divide the model's {spec.num_heads} attention heads")
     if spec.num_layers < s.hardware.pp:

@@ -31,7 +31,7 @@ class ChunkedPrefill(Policy):
         computed = t.num_computed[running]
         left = t.num_tokens[running] - computed
         for rid, done, rest in zip(*(a[(left > 1) | (computed == 0)].tolist()
-                                     for a in (running, computed, left))):
+                                     for a in (running, computed, left)), strict=False):
             if budget <= 0:
                 break
             n = min(rest, budget)

@@ -71,15 +71,19 @@ def _crashed(spec: RunSpec, why: str) -> dict:
 class LocalPoolExecutor(Executor):
     """A pool of worker processes on this machine (all cores by default).
 
-    A worker that dies (killed, out of memory) breaks the pool: the runs it held are retried
-    once in a fresh pool, and a run in flight at two such crashes is recorded as failed.
+    At most one run per worker is handed to the pool at a time. A worker that dies (killed,
+    out of memory, a crash in native code) breaks the pool: the runs it held are then run
+    again one at a time in a fresh pool, so the one that kills its worker alone is recorded
+    as failed and the others finish normally.
     """
 
     def __init__(self, workers: int | None = None, fn: RunFn = execute_run):
         self.workers = workers or os.cpu_count() or 1
         self.fn = fn
         self.futures: dict[Future, RunSpec] = {}
-        self.crashes: dict[str, int] = {}
+        self.backlog: deque[RunSpec] = deque()
+        self.suspects: deque[RunSpec] = deque()
+        self.alone: RunSpec | None = None  # a suspect, running by itself
         self.ready: deque[tuple[RunSpec, dict]] = deque()
         self.pool = self._new_pool()
 
@@ -91,45 +95,57 @@ class LocalPoolExecutor(Executor):
         return ProcessPoolExecutor(self.workers, mp_context=ctx)
 
     def submit(self, spec: RunSpec) -> None:
-        self.futures[self.pool.submit(self.fn, spec)] = spec
+        self.backlog.append(spec)
 
     @property
     def in_flight(self) -> int:
-        return len(self.futures) + len(self.ready)
+        return len(self.futures) + len(self.backlog) + len(self.suspects) + len(self.ready)
+
+    def _fill(self) -> None:
+        if self.alone is None and self.suspects:
+            self.alone = self.suspects.popleft()
+            self.futures[self.pool.submit(self.fn, self.alone)] = self.alone
+        if self.alone is None:
+            while self.backlog and len(self.futures) < self.workers:
+                spec = self.backlog.popleft()
+                self.futures[self.pool.submit(self.fn, spec)] = spec
 
     def next_done(self) -> tuple[RunSpec, dict]:
         while not self.ready:
+            self._fill()
             done, _ = wait(list(self.futures), return_when=FIRST_COMPLETED)
             broken = []
             for fut in done:
                 spec = self.futures.pop(fut)
                 try:
-                    self.ready.append((spec, fut.result()))
+                    rec = fut.result()
                 except BrokenProcessPool:
                     broken.append(spec)
-                except Exception as e:  # the function itself failed outside its own guard
-                    self.ready.append((spec, _crashed(spec, f"{type(e).__name__}: {e}")))
+                    continue
+                except Exception as e:  # the function failed outside its own guard
+                    rec = _crashed(spec, f"{type(e).__name__}: {e}")
+                self.ready.append((spec, rec))
+                if spec is self.alone:
+                    self.alone = None
             if broken:
                 self._recover(broken)
         return self.ready.popleft()
 
     def _recover(self, broken: list[RunSpec]) -> None:
-        """Restart the pool; resubmit what it held, except runs that saw two crashes."""
-        others = list(self.futures.values())
+        held = broken + list(self.futures.values())
         self.futures.clear()
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.pool = self._new_pool()
-        for spec in broken + others:
-            n = self.crashes[spec.key] = self.crashes.get(spec.key, 0) + 1
-            if n >= 2:
-                self.ready.append((spec, _crashed(
-                    spec, "the worker process died while running it (twice)")))
-            else:
-                self.submit(spec)
+        if self.alone is not None:  # it ran by itself: it is the one that kills its worker
+            self.ready.append((self.alone, _crashed(
+                self.alone, "the worker process died while running it")))
+            self.alone = None
+        else:
+            self.suspects.extend(held)
 
     def close(self, cancel: bool = False) -> None:
         if cancel:
-            for proc in list(getattr(self.pool, "_processes", {}).values()):
+            for proc in list(getattr(self.pool, "_processes", None) or {}.values()):
                 proc.terminate()  # interrupted: stop the runs in progress now
         self.pool.shutdown(wait=not cancel, cancel_futures=True)
 

@@ -59,7 +59,7 @@ def test_kv_blocks_never_exceed_capacity_under_pressure(policy):
     s = scenario(scheduler__policy=policy, hardware__memory_utilization=0.235,
                  workload__arrival={"process": "poisson", "rate": 60},
                  workload__output_len={"dist": "uniform", "min": 200, "max": 600})
-    result, plans = run_recorded(s)
+    result, _plans = run_recorded(s)
     assert result.steps["kv_blocks_used"].max() <= s.memory.num_blocks
     assert (result.requests["status"] == "finished").all()
     if policy != "static":
@@ -135,7 +135,7 @@ def test_preempted_requests_recompute_their_context():
             for i in np.flatnonzero(p.req_ids == rid)]
     restarts = [k for k, (computed, _) in enumerate(rows) if computed == 0]
     assert len(restarts) >= 2  # first prefill, then a recompute after preemption
-    computed, new = rows[restarts[1]]
+    _computed, new = rows[restarts[1]]
     assert new > pre.iloc[0]["prompt_tokens"], "the recompute covers prompt + output so far"
 
 

@@ -60,7 +60,7 @@ def make_trace(path, n=50, rate=5.0, seed=1):
     t0 = np.datetime64("2023-11-16T18:15:46.680590")
     offs = np.cumsum(r.exponential(1 / rate, n))
     lines = ["TIMESTAMP,ContextTokens,GeneratedTokens"]
-    for o, c, g in zip(offs, r.integers(10, 900, n), r.integers(1, 300, n)):
+    for o, c, g in zip(offs, r.integers(10, 900, n), r.integers(1, 300, n), strict=False):
         ts = str(t0 + np.timedelta64(int(o * 1e6), "us")).replace("T", " ")
         lines.append(f"{ts}0,{c},{g}")
     path.write_text("\n".join(lines) + "\n")
