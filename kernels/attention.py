@@ -213,8 +213,9 @@ def _combine_splits_kernel(
         m_s = tl.load(ws_m_ptr + row)
         w = tl.where(m_s == float("-inf"), 0.0, tl.exp2(m_s - m_safe))
         total += w * tl.load(ws_l_ptr + row)
-        part = tl.load(ws_acc_ptr + row * BLOCK_D + offs_d)
-        acc += tl.where(w > 0.0, w * part, 0.0)
+        n_valid = tl.where(w > 0.0, D, 0)  # splits that saw no key (w == 0) are never read
+        part = tl.load(ws_acc_ptr + row * BLOCK_D + offs_d, mask=offs_d < n_valid, other=0.0)
+        acc += w * part
     acc = acc / tl.where(total == 0.0, 1.0, total)
     tl.store(
         out_ptr + tok * s_ot + head * s_oh + offs_d,
@@ -266,7 +267,8 @@ def paged_attention_triton(
     num_seqs = seq_lens.shape[0]
     if t == 0 or num_seqs == 0:
         return out
-    block_m = block_m or max(16, next_pow2(group))
+    if block_m is None:  # bigger query tiles when the batch is mostly prefill
+        block_m = max(64 if t >= 8 * num_seqs else 16, next_pow2(group))
     block_q = block_m // group
     block_d = max(16, next_pow2(d))
     tiles = t // block_q + num_seqs
@@ -315,9 +317,7 @@ def paged_attention(
         raise ValueError(f"bad shapes q {tuple(q.shape)}, k_cache {tuple(k_cache.shape)}")
     hq, hk = q.shape[1], k_cache.shape[2]
     if hq % hk or k_cache.shape[3] != q.shape[2]:
-        raise ValueError(
-            f"q heads/dim {tuple(q.shape[1:])} do not fit cache {tuple(k_cache.shape)}"
-        )
+        raise ValueError(f"q heads/dim {tuple(q.shape[1:])} do not fit cache {tuple(k_cache.shape)}")
     if query_start_loc.shape[0] != seq_lens.shape[0] + 1:
         raise ValueError("query_start_loc must have len(seq_lens) + 1 entries")
     tensors = (q, k_cache, v_cache, block_tables, query_start_loc, seq_lens)

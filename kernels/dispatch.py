@@ -49,6 +49,11 @@ def interpreter_enabled() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
+# ``@triton.jit`` picks interpreter or compiler when the kernel modules are imported (they
+# all import this module first), so remember what was in force then.
+_INTERPRETED_AT_IMPORT = interpreter_enabled()
+
+
 def select_impl(impl: str, *tensors: torch.Tensor) -> Literal["triton", "torch"]:
     """Resolve ``impl`` to ``"triton"`` or ``"torch"`` for a call on ``tensors``."""
     if impl not in IMPLS:
@@ -65,7 +70,7 @@ def select_impl(impl: str, *tensors: torch.Tensor) -> Literal["triton", "torch"]
         return "triton"
     if any(t.is_cuda for t in tensors):
         raise RuntimeError("impl='triton': tensors are spread over CUDA and CPU")
-    if interpreter_enabled():
+    if interpreter_enabled() and _INTERPRETED_AT_IMPORT:
         return "triton"
     raise RuntimeError(
         "impl='triton' on CPU tensors needs the Triton interpreter: set TRITON_INTERPRET=1 "

@@ -36,9 +36,7 @@ def build_cos_sin_cache(
 # ----------------------------------------------------------------------------- reference
 
 
-def _rotate_torch(
-    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool
-) -> torch.Tensor:
+def _rotate_torch(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool) -> torch.Tensor:
     half = x.shape[-1] // 2
     xf = x.float()
     if interleaved:
@@ -109,9 +107,7 @@ def _rope_kernel(
     tl.store(dst + i2[None, :], o2.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def _rope_one(
-    positions: torch.Tensor, x: torch.Tensor, cache: torch.Tensor, interleaved: bool
-) -> torch.Tensor:
+def _rope_one(positions: torch.Tensor, x: torch.Tensor, cache: torch.Tensor, interleaved: bool) -> torch.Tensor:
     if x.stride(-1) != 1:
         x = x.contiguous()
     t, h, d = x.shape

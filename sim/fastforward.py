@@ -49,7 +49,7 @@ def decode_horizon(policy: Policy, plan: BatchPlan) -> tuple[int, np.ndarray]:
     rows = -(-kmax // bs)
     inc = np.bincount(first, minlength=rows * bs).reshape(rows, bs).cumsum(axis=0).ravel()[:kmax]
     need = np.cumsum(inc)
-    k = int(np.searchsorted(need, policy.blocks.free, side="right"))
+    k = int(np.searchsorted(need, policy.blocks.available, side="right"))
     return max(1, min(k, kmax)), inc[:k]
 
 
@@ -78,6 +78,8 @@ def commit_run(policy: Policy, plan: BatchPlan, m: int, inc: np.ndarray, end_tim
     t.num_tokens[ids] += m
     first = ids[np.isnan(t.first_token[ids])]  # a prompt whose last token was this run's first
     t.first_token[first] = end_times[0]
+    if policy.blocks.prefix_caching:
+        policy._cache_prefixes(ids[t.num_generated[ids] == m])
     done = ids[t.num_generated[ids] >= t.output_len[ids]]
     if done.size:
         policy._finish(done)

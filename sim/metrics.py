@@ -11,7 +11,7 @@ STATUS_NAMES = {Status.FINISHED: "finished", Status.REJECTED: "rejected"}
 PERCENTILES = (50, 90, 99)
 
 
-def requests_frame(table: RequestTable, slo=None) -> pd.DataFrame:
+def requests_frame(table: RequestTable, slo=None, workload=None) -> pd.DataFrame:
     t = table
     status = np.where(t.status == Status.FINISHED, "finished",
                       np.where(t.status == Status.REJECTED, "rejected", "unfinished"))
@@ -23,6 +23,7 @@ def requests_frame(table: RequestTable, slo=None) -> pd.DataFrame:
                         (t.completion - t.first_token) / (t.num_generated - 1), np.nan)
     df = pd.DataFrame({
         "request_id": np.arange(t.n),
+        "class": np.asarray(t.class_names, dtype=object)[t.class_id],
         "replica": t.replica,
         "arrival": t.arrival,
         "prompt_tokens": t.prompt_len,
@@ -31,6 +32,7 @@ def requests_frame(table: RequestTable, slo=None) -> pd.DataFrame:
         "status": status,
         "reject_reason": reasons[t.reject_reason],
         "preemptions": t.preemptions,
+        "cached_tokens": t.cached_tokens,
         "first_scheduled": t.first_scheduled,
         "first_token": t.first_token,
         "completion": t.completion,
@@ -39,22 +41,33 @@ def requests_frame(table: RequestTable, slo=None) -> pd.DataFrame:
         "tpot": tpot,
         "e2e": e2e,
     })
-    df["slo_met"] = slo_met(df, slo)
+    df["slo_met"] = slo_met(df, slo_limits(t.n, slo, workload))
     return df
 
 
-def slo_met(df: pd.DataFrame, slo) -> np.ndarray:
-    """A request meets its SLO if it finished within every limit given (NaN TPOT passes)."""
+def slo_limits(n: int, slo=None, workload=None) -> dict[str, np.ndarray]:
+    """Per-request limits: the request class's where it has one, else the scenario's."""
+    limits = {}
+    for col in ("ttft", "tpot", "e2e"):
+        default = getattr(slo, f"{col}_s", None) if slo is not None else None
+        per_class = getattr(workload, f"slo_{col}", None) if workload is not None else None
+        lim = np.full(n, np.nan if default is None else default)
+        if per_class is not None:
+            lim = np.where(np.isnan(per_class), lim, per_class)
+        limits[col] = lim
+    return limits
+
+
+def slo_met(df: pd.DataFrame, limits: dict[str, np.ndarray]) -> np.ndarray:
+    """A request meets its SLO if it finished within every limit it has (no limit: NaN).
+    A single-token answer has no inter-token time and passes the TPOT limit."""
     ok = (df["status"] == "finished").to_numpy().copy()
-    if slo is None:
-        return ok
-    for col, limit in (("ttft", slo.ttft_s), ("tpot", slo.tpot_s), ("e2e", slo.e2e_s)):
-        if limit is not None:
-            v = df[col].to_numpy()
-            within = v <= limit
-            if col == "tpot":
-                within |= np.isnan(v)  # a single-token answer has no inter-token time
-            ok &= within
+    for col, lim in limits.items():
+        v = df[col].to_numpy()
+        within = np.isnan(lim) | (v <= lim)
+        if col == "tpot":
+            within |= np.isnan(v)
+        ok &= within
     return ok
 
 
@@ -67,7 +80,7 @@ def _stats(x: pd.Series) -> dict[str, float]:
 
 
 def summarize(requests: pd.DataFrame, steps: pd.DataFrame, *, num_gpus: int = 1,
-              kv_blocks_total: int | None = None) -> dict:
+              per_class: bool = True) -> dict:
     fin = requests[requests["status"] == "finished"]
     n = len(requests)
     start = float(requests["arrival"].min()) if n else 0.0
@@ -88,6 +101,7 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame, *, num_gpus: int = 1,
         "goodput": met / duration,
         "goodput_per_gpu": met / duration / num_gpus,
         "preemptions": int(requests["preemptions"].sum()),
+        "prefix_hit_rate": float(requests["cached_tokens"].sum() / max(requests["prompt_tokens"].sum(), 1)),
         "steps": len(steps),
     }
     for col in ("ttft", "tpot", "e2e", "queueing_delay"):
@@ -96,7 +110,11 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame, *, num_gpus: int = 1,
     if len(steps):
         busy = steps["duration"].to_numpy()
         summary["mean_batch_size"] = float(np.average(steps["num_seqs"], weights=busy))
-        if kv_blocks_total:
-            summary["mean_kv_utilization"] = float(
-                np.average(steps["kv_blocks_used"], weights=busy) / kv_blocks_total)
+        if "kv_utilization" in steps:
+            summary["mean_kv_utilization"] = float(np.average(steps["kv_utilization"], weights=busy))
+    classes = requests["class"].unique() if "class" in requests else []
+    if per_class and len(classes) > 1:
+        summary["classes"] = {
+            str(c): summarize(requests[requests["class"] == c], steps.iloc[:0], num_gpus=num_gpus,
+                              per_class=False) for c in classes}
     return summary

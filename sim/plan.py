@@ -24,6 +24,10 @@ class BatchPlan:
     num_blocks: np.ndarray  # int64 [n] KV blocks the row holds during this step
     freed: np.ndarray = field(default_factory=lambda: _EMPTY)  # ids whose blocks were released
     preempted: np.ndarray = field(default_factory=lambda: _EMPTY)  # ids sent back to waiting
+    spec_tokens: int = 0  # speculative decoding: draft tokens each decode row verifies
+    swap_in_blocks: int = 0  # KV blocks copied back from host memory before this step
+    swap_out_blocks: int = 0  # KV blocks copied out to host memory before this step
+    block_size: int = 16
 
     @property
     def num_seqs(self) -> int:
@@ -58,6 +62,8 @@ class StepShape:
     decode_seqs: np.ndarray | float
     decode_context: np.ndarray | float  # Σ context of decode rows (KV bytes read)
     num_sampled: np.ndarray | float
+    verify_tokens: np.ndarray | float = 0.0  # speculative decoding: draft tokens verified
+    swap_tokens: np.ndarray | float = 0.0  # KV (in tokens) moved to or from host memory
 
     @classmethod
     def of(cls, plan: BatchPlan) -> StepShape:
@@ -65,12 +71,15 @@ class StepShape:
         ctx = plan.context_lens
         dec = plan.is_decode
         pre = ~dec
+        verify = float(plan.spec_tokens * dec.sum())
         return cls(
-            num_tokens=float(q.sum()),
+            num_tokens=float(q.sum()) + verify,
             num_seqs=float(len(q)),
             prefill_tokens=float(q[pre].sum()),
             prefill_attn=float((q[pre] * ctx[pre]).sum()),
             decode_seqs=float(dec.sum()),
             decode_context=float(ctx[dec].sum()),
             num_sampled=float(plan.samples.sum()),
+            verify_tokens=verify,
+            swap_tokens=float((plan.swap_in_blocks + plan.swap_out_blocks) * plan.block_size),
         )

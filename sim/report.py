@@ -36,7 +36,7 @@ def latency_cdfs(runs: dict[str, pd.DataFrame]) -> go.Figure:
     return fig
 
 
-def timeline(steps: pd.DataFrame, kv_blocks_total: int) -> go.Figure:
+def timeline(steps: pd.DataFrame) -> go.Figure:
     fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.06,
                         subplot_titles=("batch size (sequences)", "KV cache used (%)",
                                         "queue length"))
@@ -46,7 +46,7 @@ def timeline(steps: pd.DataFrame, kv_blocks_total: int) -> go.Figure:
         t = s["start"]
         kw = {"legendgroup": f"replica {rid}", "line": {"color": _color(r), "width": 1}}
         fig.add_trace(go.Scatter(x=t, y=s["num_seqs"], name=f"replica {rid}", **kw), row=1, col=1)
-        fig.add_trace(go.Scatter(x=t, y=100 * s["kv_blocks_used"] / max(kv_blocks_total, 1),
+        fig.add_trace(go.Scatter(x=t, y=100 * s["kv_utilization"],
                                  showlegend=False, **kw), row=2, col=1)
         fig.add_trace(go.Scatter(x=t, y=s["queue_len"], showlegend=False, **kw), row=3, col=1)
     fig.update_xaxes(title_text="simulated time (s)", row=3, col=1)
@@ -65,6 +65,8 @@ def _color(i: int) -> str:
 def summary_table_html(summary: dict) -> str:
     rows = []
     for k, v in summary.items():
+        if isinstance(v, dict):
+            continue
         val = f"{v:.4g}" if isinstance(v, float) else str(v)
         rows.append(f"<tr><td>{html.escape(k)}</td><td>{html.escape(val)}</td></tr>")
     return "<table class='summary'>" + "".join(rows) + "</table>"
@@ -87,15 +89,21 @@ def figure_html(fig: go.Figure, first: bool) -> str:
 
 def write_report(result, path: str | Path) -> Path:
     s = result.scenario
-    parts = [f"<p>{html.escape(s.model_spec.name)} on {s.replicas} × {html.escape(s.gpu_spec.name)}"
-             f" (TP {s.hardware.tp}, PP {s.hardware.pp}), policy "
-             f"<b>{html.escape(s.scheduler.policy)}</b>, {result.mode} mode.</p>"]
+    layout = ", ".join(f"{r.role} #{r.index}: {r.hardware.gpu} TP{r.hardware.tp} PP{r.hardware.pp}"
+                       for r in s.replica_specs[:8]) + (" …" if len(s.replica_specs) > 8 else "")
+    parts = [f"<p>{html.escape(s.model_spec.name)} on {s.num_gpus} GPUs ({html.escape(layout)}), "
+             f"policy <b>{html.escape(s.scheduler.policy)}</b>, router {s.router.policy}, "
+             f"{result.mode} mode.</p>"]
     parts += [f"<p class='warn'>⚠ {html.escape(w)}</p>" for w in result.warnings]
     parts.append("<h2>Summary</h2>" + summary_table_html(result.summary))
-    parts.append("<h2>Latency</h2>" + figure_html(latency_cdfs({s.name: result.requests}), True))
+    for name, cls in result.summary.get("classes", {}).items():
+        parts.append(f"<h3>Class {html.escape(name)}</h3>" + summary_table_html(cls))
+    by_class = dict(iter(result.requests.groupby("class"))) if "classes" in result.summary else {}
+    curves = by_class or {s.name: result.requests}
+    parts.append("<h2>Latency</h2>" + figure_html(latency_cdfs(curves), True))
     if len(result.steps):
         parts.append("<h2>Over time</h2>"
-                     + figure_html(timeline(result.steps, s.memory.num_blocks), False))
+                     + figure_html(timeline(result.steps), False))
     path = Path(path)
     path.write_text(page(f"servesim — {s.name}", parts))
     return path

@@ -17,6 +17,7 @@ class Status(IntEnum):
     RUNNING = 2  # holds KV blocks, being prefilled or decoded
     FINISHED = 3
     REJECTED = 4
+    TRANSFER = 5  # prefilled on a prefill replica, its KV cache on its way to a decode replica
 
 
 class RejectReason(IntEnum):
@@ -67,6 +68,35 @@ class RequestTable:
         self.first_scheduled = np.full(n, np.nan)
         self.first_token = np.full(n, np.nan)
         self.completion = np.full(n, np.nan)
+        self.cached_tokens = np.zeros(n, dtype=np.int64)  # prompt tokens served by prefix cache
+        self.cache_blocks = np.zeros(n, dtype=np.int64)  # leading blocks held via the prefix cache
+        self.swapped_blocks = np.zeros(n, dtype=np.int64)  # KV blocks parked in host memory
+        self.class_id = np.zeros(n, dtype=np.int16)
+        self.class_names: tuple[str, ...] = ("default",)
+        self.priority = np.zeros(n, dtype=np.int16)
+        # Ids of each request's leading full KV blocks that other requests may share (ragged).
+        self.prefix_offsets = np.zeros(n + 1, dtype=np.int64)
+        self.prefix_hashes = np.zeros(0, dtype=np.int64)
+
+    @classmethod
+    def from_workload(cls, w) -> RequestTable:
+        t = cls(w.arrival, w.prompt_len, w.output_len)
+        if getattr(w, "class_id", None) is not None:
+            t.class_id = np.asarray(w.class_id, dtype=np.int16)
+            t.class_names = tuple(w.class_names)
+        if getattr(w, "priority", None) is not None:
+            t.priority = np.asarray(w.priority, dtype=np.int16)
+        if getattr(w, "prefix_offsets", None) is not None:
+            t.prefix_offsets = np.asarray(w.prefix_offsets, dtype=np.int64)
+            t.prefix_hashes = np.asarray(w.prefix_hashes, dtype=np.int64)
+        return t
+
+    def prefix_blocks(self, rid: int) -> np.ndarray:
+        return self.prefix_hashes[self.prefix_offsets[rid]:self.prefix_offsets[rid + 1]]
+
+    def first_prefix_block(self, rid: int) -> int | None:
+        lo, hi = self.prefix_offsets[rid], self.prefix_offsets[rid + 1]
+        return int(self.prefix_hashes[lo]) if hi > lo else None
 
     def __len__(self) -> int:
         return self.n

@@ -10,6 +10,9 @@ from sim.report import write_report
 
 
 def _clean(v):
+    """JSON has no NaN or infinity: write null."""
+    if isinstance(v, dict):
+        return {k: _clean(x) for k, x in v.items()}
     if isinstance(v, float) and not math.isfinite(v):
         return None
     return v
@@ -31,7 +34,7 @@ def write_results(result, out_dir: str | Path, fmt: str = "parquet") -> dict[str
         "scenario": result.scenario.name,
         "mode": result.mode,
         "wall_s": result.wall_s,
-        "summary": {k: _clean(v) for k, v in result.summary.items()},
+        "summary": _clean(result.summary),
         "warnings": result.warnings,
         "config": result.scenario.model_dump(mode="json", exclude={"base_dir"}),
     }

@@ -6,6 +6,7 @@ Errors name the file, the field path and what was expected. ``load_scenario`` re
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
@@ -13,7 +14,6 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     NonNegativeFloat,
@@ -27,127 +27,9 @@ from pydantic import (
 from sim.errors import ScenarioError
 from sim.memory import MemoryBudget, memory_budget
 from sim.specs import GpuSpec, ModelSpec, get_gpu, get_model, model_from_hf_config
+from sim.workload.schema import Strict, Workload
 
 Fraction = Annotated[float, Field(gt=0, le=1)]
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-# -- traffic ---------------------------------------------------------------------------------
-class PoissonArrivals(Strict):
-    process: Literal["poisson"]
-    rate: PositiveFloat  # requests per second
-
-
-class GammaArrivals(Strict):
-    """Bursty arrivals: gamma inter-arrival times with a coefficient of variation (1 = Poisson)."""
-
-    process: Literal["gamma"]
-    rate: PositiveFloat
-    cv: PositiveFloat
-
-
-class ConstantArrivals(Strict):
-    process: Literal["constant"]
-    rate: PositiveFloat
-
-
-class TraceArrivals(Strict):
-    """Arrival times replayed from a trace file (lengths come from the length distributions)."""
-
-    process: Literal["trace"]
-    path: str
-    format: Literal["azure"] = "azure"
-    time_scale: PositiveFloat = 1.0  # >1 stretches time (lower rate)
-    rate: PositiveFloat | None = None  # rescale to this mean rate
-
-
-Arrivals = Annotated[
-    PoissonArrivals | GammaArrivals | ConstantArrivals | TraceArrivals,
-    Field(discriminator="process"),
-]
-
-
-class FixedLength(Strict):
-    dist: Literal["fixed"]
-    value: PositiveInt
-
-
-class UniformLength(Strict):
-    dist: Literal["uniform"]
-    min: PositiveInt
-    max: PositiveInt
-
-    @model_validator(mode="after")
-    def _ordered(self):
-        if self.min > self.max:
-            raise ValueError(f"min ({self.min}) must be ≤ max ({self.max})")
-        return self
-
-
-class NormalLength(Strict):
-    dist: Literal["normal"]
-    mean: PositiveFloat
-    std: NonNegativeFloat
-    min: PositiveInt = 1
-    max: PositiveInt | None = None
-
-
-class LognormalLength(Strict):
-    """Lognormal with the given mean and log-space sigma, clipped to [min, max]."""
-
-    dist: Literal["lognormal"]
-    mean: PositiveFloat
-    sigma: PositiveFloat
-    min: PositiveInt = 1
-    max: PositiveInt | None = None
-
-
-class EmpiricalLength(Strict):
-    """Lengths drawn (with replacement) from a trace column."""
-
-    dist: Literal["empirical"]
-    path: str
-    column: Literal["ContextTokens", "GeneratedTokens"]
-    format: Literal["azure"] = "azure"
-
-
-Length = Annotated[
-    FixedLength | UniformLength | NormalLength | LognormalLength | EmpiricalLength,
-    Field(discriminator="dist"),
-]
-
-
-class TraceWorkload(Strict):
-    """Arrivals and lengths together, replayed from a trace."""
-
-    path: str
-    format: Literal["azure"] = "azure"
-    time_scale: PositiveFloat = 1.0
-    rate: PositiveFloat | None = None
-    start_s: NonNegativeFloat = 0.0
-    duration_s: PositiveFloat | None = None
-
-
-class Workload(Strict):
-    num_requests: PositiveInt | None = 1000
-    duration_s: PositiveFloat | None = None  # stop generating arrivals after this time
-    arrival: Arrivals = PoissonArrivals(process="poisson", rate=4.0)
-    prompt_len: Length = LognormalLength(dist="lognormal", mean=512, sigma=0.8, max=4096)
-    output_len: Length = LognormalLength(dist="lognormal", mean=192, sigma=0.8, max=1024)
-    trace: TraceWorkload | None = None
-
-    @model_validator(mode="after")
-    def _one_source(self):
-        if self.trace is not None:
-            both = {"arrival", "prompt_len", "output_len"} & self.model_fields_set
-            if both:
-                raise ValueError(f"give either 'trace' or {sorted(both)}, not both")
-        if self.num_requests is None and self.duration_s is None and self.trace is None:
-            raise ValueError("give num_requests or duration_s")
-        return self
 
 
 # -- the serving system ----------------------------------------------------------------------
@@ -156,18 +38,54 @@ class HfConfigModel(Strict):
     name: str | None = None
 
 
+Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
+KvDtype = Literal["fp32", "bf16", "fp16", "fp8", "int8"]
+
+
+class Quantization(Strict):
+    """Weight dtype (fp8/int8: W8A8 on tensor cores; int4: weight-only) and KV-cache dtype.
+    Unset means the model's own dtype."""
+
+    weights: Dtype | None = None
+    kv_cache: KvDtype | None = None
+
+
 class Hardware(Strict):
     gpu: str = "H100-SXM"
     tp: PositiveInt = 1
     pp: PositiveInt = 1
+    expert_parallel: bool = False  # MoE: split experts over the TP GPUs instead of their columns
     memory_utilization: Fraction = 0.9
     activation_reserve_gb: NonNegativeFloat | None = None  # None: estimated from the model
+    host_memory_gb: NonNegativeFloat = 64.0  # swap space per replica for preemption by swap
 
     @field_validator("gpu")
     @classmethod
     def _known_gpu(cls, v: str) -> str:
         try:
             return get_gpu(v).name
+        except KeyError as e:
+            raise ValueError(e.args[0]) from None
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.pp
+
+
+class Speculative(Strict):
+    """Speculative decoding: a draft model proposes ``num_tokens`` tokens, the target verifies
+    them in one step and keeps each with probability ``acceptance_rate`` (until the first
+    rejection), plus one token of its own."""
+
+    draft_model: str
+    num_tokens: PositiveInt = 4
+    acceptance_rate: Annotated[float, Field(ge=0, lt=1)] = 0.7
+
+    @field_validator("draft_model")
+    @classmethod
+    def _known_model(cls, v: str) -> str:
+        try:
+            return get_model(v).name
         except KeyError as e:
             raise ValueError(e.args[0]) from None
 
@@ -181,6 +99,9 @@ class Scheduler(Strict):
     batch_size: PositiveInt = 32  # static batching
     batch_timeout_s: NonNegativeFloat = 0.1  # static batching: longest wait to fill a batch
     watermark: Annotated[float, Field(ge=0, lt=0.5)] = 0.01  # KV blocks kept free at admission
+    preemption: Literal["recompute", "swap"] = "recompute"
+    prefix_caching: bool = False
+    speculative: Speculative | None = None
 
     @model_validator(mode="after")
     def _budget_holds_decodes(self):
@@ -188,14 +109,70 @@ class Scheduler(Strict):
             raise ValueError(
                 f"chunk_size ({self.chunk_size}) must be ≥ max_num_seqs ({self.max_num_seqs}): "
                 "every running request decodes one token of the step's budget")
+        if self.policy == "static" and (self.prefix_caching or self.preemption == "swap"
+                                        or self.speculative):
+            raise ValueError("static batching reserves memory whole: prefix_caching, swap "
+                             "preemption and speculative decoding need continuous or chunked-prefill")
         return self
 
 
+class ReplicaGroup(Strict):
+    """``count`` identical replicas; fields left out take the scenario's top-level values."""
+
+    count: PositiveInt = 1
+    hardware: Hardware | None = None
+    scheduler: Scheduler | None = None
+
+
+LINKS = {  # type: (bytes/s per GPU, latency s)
+    "nvlink": (450e9, 2e-6),
+    "infiniband": (50e9, 5e-6),  # 400 Gb/s NDR, one NIC per GPU
+    "pcie": (32e9, 10e-6),
+    "ethernet": (12.5e9, 30e-6),  # 100 GbE
+}
+
+
+class Link(Strict):
+    type: Literal["nvlink", "infiniband", "pcie", "ethernet"] = "infiniband"
+    bandwidth_gbps: PositiveFloat | None = None  # GB/s per GPU (default: by type)
+    latency_s: NonNegativeFloat | None = None
+    layerwise_overlap: bool = False  # send each layer's KV as soon as it is computed
+
+    @property
+    def bandwidth(self) -> float:
+        return self.bandwidth_gbps * 1e9 if self.bandwidth_gbps else LINKS[self.type][0]
+
+    @property
+    def latency(self) -> float:
+        return LINKS[self.type][1] if self.latency_s is None else self.latency_s
+
+
+class Disaggregation(Strict):
+    """Separate prefill and decode pools (DistServe, Splitwise, Mooncake); the KV cache moves
+    from a prefill replica to a decode replica over ``link`` after the prompt is processed."""
+
+    prefill: ReplicaGroup = ReplicaGroup()
+    decode: ReplicaGroup = ReplicaGroup()
+    link: Link = Link()
+
+
+class Router(Strict):
+    policy: Literal["round-robin", "least-outstanding", "least-kv", "power-of-two",
+                    "prefix-affinity"] = "round-robin"
+
+
 class Cost(Strict):
-    model: Literal["roofline"] = "roofline"
+    model: Literal["roofline", "profile"] = "roofline"
+    profile: str | None = None  # a calibration profile (servesim calibrate), for model: profile
     compute_efficiency: Fraction = 0.6  # share of peak FLOP/s matmuls reach
     memory_efficiency: Fraction = 0.8  # share of peak HBM bandwidth
     step_overhead_s: NonNegativeFloat = 0.002  # scheduling, launch and sampling per step
+
+    @model_validator(mode="after")
+    def _profile_given(self):
+        if self.model == "profile" and not self.profile:
+            raise ValueError("model: profile needs profile: FILE (from servesim calibrate)")
+        return self
 
 
 class Slo(Strict):
@@ -208,12 +185,31 @@ class Simulation(Strict):
     fast_forward: bool = True  # jump over decode steps where nothing changes
 
 
+@dataclass(frozen=True)
+class ReplicaSpec:
+    """One replica, resolved: its role, hardware, scheduler and KV memory."""
+
+    index: int
+    role: str  # colocated | prefill | decode
+    hardware: Hardware
+    scheduler: Scheduler
+    memory: MemoryBudget
+
+    @property
+    def gpu(self) -> GpuSpec:
+        return get_gpu(self.hardware.gpu)
+
+
 class Scenario(Strict):
     name: str = "scenario"
     seed: int = 0
     model: str | HfConfigModel = "llama-3-8b"
     hardware: Hardware = Hardware()
+    quantization: Quantization = Quantization()
     replicas: PositiveInt = 1
+    replica_groups: list[ReplicaGroup] | None = None  # heterogeneous replicas (replaces replicas)
+    disaggregation: Disaggregation | None = None  # prefill/decode pools (replaces replicas)
+    router: Router = Router()
     scheduler: Scheduler = Scheduler()
     workload: Workload = Workload()
     cost: Cost = Cost()
@@ -232,6 +228,12 @@ class Scenario(Strict):
                 raise ValueError(e.args[0]) from None
         return v
 
+    @model_validator(mode="after")
+    def _one_layout(self):
+        if self.replica_groups is not None and self.disaggregation is not None:
+            raise ValueError("give replica_groups or disaggregation, not both")
+        return self
+
     # Resolved specs; ``base_dir`` is where relative paths in the scenario start from.
     base_dir: str = Field(default=".", exclude=True, repr=False)
 
@@ -245,17 +247,46 @@ class Scenario(Strict):
     def gpu_spec(self) -> GpuSpec:
         return get_gpu(self.hardware.gpu)
 
-    @cached_property
-    def memory(self) -> MemoryBudget:
-        hw, sch = self.hardware, self.scheduler
+    def memory_for(self, hw: Hardware, sch: Scheduler) -> MemoryBudget:
         step_tokens = sch.chunk_size if sch.policy == "chunked-prefill" else sch.max_batched_tokens
         act = None if hw.activation_reserve_gb is None else hw.activation_reserve_gb * 1024**3
         return memory_budget(
-            self.model_spec, self.gpu_spec, tp=hw.tp, pp=hw.pp,
+            self.model_spec, get_gpu(hw.gpu), tp=hw.tp, pp=hw.pp,
             utilization=hw.memory_utilization, block_size=sch.block_size,
             max_batched_tokens=step_tokens, max_num_seqs=sch.max_num_seqs,
-            activation_bytes=act,
+            activation_bytes=act, weight_dtype=self.quantization.weights,
+            kv_dtype=self.quantization.kv_cache, expert_parallel=hw.expert_parallel,
         )
+
+    @cached_property
+    def memory(self) -> MemoryBudget:
+        """The first replica's memory (all of them, for homogeneous scenarios)."""
+        return self.replica_specs[0].memory
+
+    @cached_property
+    def replica_specs(self) -> list[ReplicaSpec]:
+        groups: list[tuple[str, ReplicaGroup]]
+        if self.disaggregation is not None:
+            groups = [("prefill", self.disaggregation.prefill), ("decode", self.disaggregation.decode)]
+        elif self.replica_groups is not None:
+            groups = [("colocated", g) for g in self.replica_groups]
+        else:
+            groups = [("colocated", ReplicaGroup(count=self.replicas))]
+        specs: list[ReplicaSpec] = []
+        for role, g in groups:
+            hw, sch = g.hardware or self.hardware, g.scheduler or self.scheduler
+            mem = self.memory_for(hw, sch)
+            for _ in range(g.count):
+                specs.append(ReplicaSpec(len(specs), role, hw, sch, mem))
+        return specs
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(r.hardware.num_gpus for r in self.replica_specs)
+
+    @property
+    def kv_blocks_total(self) -> int:
+        return sum(r.memory.num_blocks for r in self.replica_specs)
 
     def resolve(self, path: str) -> Path:
         p = Path(path).expanduser()
@@ -329,26 +360,49 @@ def scenario_from_dict(data: Any, source: str, base_dir: str | Path = ".") -> Sc
 
 
 def check_feasible(s: Scenario, source: str) -> None:
-    """Cross-field checks that need the specs: does the model fit at all?"""
+    """Cross-field checks that need the specs: does the model fit on every replica at all?"""
     try:
         spec = s.model_spec
     except (OSError, KeyError, ValueError) as e:
         raise ScenarioError(source, "model.hf_config", f"cannot read a model config: {e}") from None
-    mem = s.memory
-    if mem.num_blocks < 1:
-        gib = 1024**3
-        raise ScenarioError(
-            source, "hardware",
-            f"{spec.name} does not fit on {s.gpu_spec.name} with tp={s.hardware.tp}, "
-            f"pp={s.hardware.pp}: weights {mem.weight_bytes / gib:.1f} GiB + activations "
-            f"{mem.activation_bytes / gib:.1f} GiB per GPU exceed the usable "
-            f"{mem.usable_bytes / gib:.1f} GiB; expected more GPUs (tp/pp) or a larger GPU")
-    if spec.num_heads % s.hardware.tp or (spec.num_kv_heads % s.hardware.tp and \
-            s.hardware.tp % spec.num_kv_heads):
-        raise ScenarioError(source, "hardware.tp",
-                            f"must divide the model's {spec.num_heads} attention heads")
-    if spec.num_layers < s.hardware.pp:
-        raise ScenarioError(source, "hardware.pp", f"exceeds the model's {spec.num_layers} layers")
+    if s.scheduler.speculative and s.scheduler.speculative.draft_model == spec.name:
+        raise ScenarioError(source, "scheduler.speculative.draft_model",
+                            "must be a smaller model than the target")
+    gib = 1024**3
+    for r in s.replica_specs:
+        hw, mem = r.hardware, r.memory
+        field = _hardware_field(s, r)
+        if mem.num_blocks < 1:
+            raise ScenarioError(
+                source, field,
+                f"{spec.name} does not fit on {hw.gpu} with tp={hw.tp}, pp={hw.pp}: weights "
+                f"{mem.weight_bytes / gib:.1f} GiB + activations {mem.activation_bytes / gib:.1f} GiB "
+                f"per GPU exceed the usable {mem.usable_bytes / gib:.1f} GiB; expected more GPUs "
+                "(tp/pp) or a larger GPU")
+        if spec.num_heads % hw.tp or (spec.num_kv_heads % hw.tp and hw.tp % spec.num_kv_heads):
+            raise ScenarioError(source, f"{field}.tp",
+                                f"must divide the model's {spec.num_heads} attention heads "
+                                f"({spec.num_kv_heads} KV heads)")
+        if spec.num_layers < hw.pp:
+            raise ScenarioError(source, f"{field}.pp", f"exceeds the model's {spec.num_layers} layers")
+        if hw.expert_parallel and spec.num_experts % hw.tp:
+            raise ScenarioError(source, f"{field}.expert_parallel",
+                                f"needs tp to divide the model's {spec.num_experts} experts "
+                                f"({'a dense model' if not spec.is_moe else ''})".replace(" ()", ""))
+
+
+def _hardware_field(s: Scenario, r: ReplicaSpec) -> str:
+    if s.disaggregation is not None:
+        g = getattr(s.disaggregation, r.role)
+        return f"disaggregation.{r.role}.hardware" if g.hardware else "hardware"
+    if s.replica_groups is not None:
+        i, seen = 0, 0
+        for i, g in enumerate(s.replica_groups):  # noqa: B007
+            seen += g.count
+            if r.index < seen:
+                break
+        return f"replica_groups[{i}].hardware" if s.replica_groups[i].hardware else "hardware"
+    return "hardware"
 
 
 def load_scenario(path: str | Path | None = None, overrides: list[str] | None = None) -> Scenario:

@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 import simpy
 
@@ -35,24 +36,24 @@ def simulate(scenario: Scenario, *, env: simpy.Environment | None = None,
     """Simulate ``scenario`` (or, given a real-time env and engine executors, execute it)."""
     wall = time.perf_counter()
     workload = build_workload(scenario)
-    table = RequestTable(workload.arrival, workload.prompt_len, workload.output_len)
+    table = RequestTable.from_workload(workload)
     if executor_factory is None:
-        cost = make_cost_model(scenario)
-        executor_factory = lambda _: CostModelExecutor(cost)  # noqa: E731
+        costs = [make_cost_model(scenario, spec) for spec in scenario.replica_specs]
+        executor_factory = lambda i: CostModelExecutor(costs[i])  # noqa: E731
     env = env or simpy.Environment()
     cluster = Cluster(env, scenario, table, executor_factory)
     cluster.on_arrival = progress
     env.run()
-    return collect(scenario, table, cluster, time.perf_counter() - wall, mode)
+    return collect(scenario, table, workload, cluster, time.perf_counter() - wall, mode)
 
 
-def collect(scenario: Scenario, table: RequestTable, cluster: Cluster, wall_s: float,
+def collect(scenario: Scenario, table: RequestTable, workload, cluster: Cluster, wall_s: float,
             mode: str) -> RunResult:
-    requests = requests_frame(table, scenario.slo)
+    requests = requests_frame(table, scenario.slo, workload)
     steps = cluster.log.frame()
-    hw = scenario.hardware
-    summary = summarize(requests, steps, num_gpus=scenario.replicas * hw.tp * hw.pp,
-                        kv_blocks_total=scenario.memory.num_blocks * scenario.replicas)
+    capacity = np.array([r.memory.num_blocks for r in scenario.replica_specs], dtype=float)
+    steps["kv_utilization"] = steps["kv_blocks_used"] / capacity[steps["replica"].to_numpy()]
+    summary = summarize(requests, steps, num_gpus=scenario.num_gpus)
     warnings = []
     rejected = requests[requests["status"] == "rejected"]
     if len(rejected):

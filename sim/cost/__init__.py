@@ -18,8 +18,9 @@ class CostModelExecutor:
         return StepResult(float(self.cost.step_time(plan.shape())))
 
 
-def make_cost_model(scenario):
-    return roofline_for(scenario)
+def make_cost_model(scenario, replica=None):
+    """The cost model of one replica (the first by default)."""
+    return roofline_for(scenario, replica)
 
 
 __all__ = ["CostModelExecutor", "RooflineCost", "make_cost_model", "roofline_for"]

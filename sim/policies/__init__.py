@@ -15,9 +15,11 @@ POLICIES: dict[str, type[Policy]] = {
 }
 
 
-def make_policy(cfg, table: RequestTable, blocks: BlockAllocator, max_model_len: int) -> Policy:
-    """Build the policy ``cfg.policy`` names (``cfg`` is a scenario's ``scheduler`` section)."""
-    return POLICIES[cfg.policy](cfg, table, blocks, max_model_len)
+def make_policy(cfg, table: RequestTable, blocks: BlockAllocator, max_model_len: int,
+                **options) -> Policy:
+    """Build the policy ``cfg.policy`` names (``cfg`` is a scenario's ``scheduler`` section).
+    ``options``: rng (speculative decoding's draws), host_blocks (swap space), prefill_only."""
+    return POLICIES[cfg.policy](cfg, table, blocks, max_model_len, **options)
 
 
 __all__ = ["POLICIES", "ChunkedPrefill", "ContinuousBatching", "Policy", "StaticBatching",

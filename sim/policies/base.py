@@ -1,4 +1,4 @@
-"""What every scheduling policy shares: queues, admission checks, block growth, commit.
+"""What every scheduling policy shares: queues, admission, block growth, preemption, commit.
 
 A policy is pure logic with no clock: ``schedule(now)`` turns the request table and the
 queues into a BatchPlan (``now`` only matters for batching timeouts), and ``commit`` applies
@@ -13,6 +13,7 @@ import numpy as np
 
 from sim.memory import BlockAllocator
 from sim.plan import BatchPlan
+from sim.policies.waitqueue import WaitQueue
 from sim.requests import RejectReason, RequestTable, Status
 
 _EMPTY = np.zeros(0, dtype=np.int64)
@@ -22,22 +23,41 @@ class Policy:
     name = "base"
     keeps_blocks_until_batch_end = False
 
-    def __init__(self, cfg, table: RequestTable, blocks: BlockAllocator, max_model_len: int):
+    def __init__(self, cfg, table: RequestTable, blocks: BlockAllocator, max_model_len: int, *,
+                 rng: np.random.Generator | None = None, host_blocks: int = 0,
+                 prefill_only: bool = False):
         self.cfg = cfg
         self.table = table
         self.blocks = blocks
         self.max_model_len = max_model_len
-        self.waiting: deque[int] = deque()
+        self.rng = rng or np.random.default_rng(0)
+        self.waiting = WaitQueue()
         self.running = _EMPTY  # admission order: the last one is preempted first
         self.wake_at = np.inf  # when scheduling may change with no arrival (batch timeouts)
+        self.rejected: list[int] = []
         self._freed: list[int] = []
         self._preempted: list[int] = []
-        self.rejected: list[int] = []
+        # Memory pressure by swap: preempted requests park their KV blocks in host memory.
+        self.swap = getattr(cfg, "preemption", "recompute") == "swap"
+        self.host_free = host_blocks
+        self.swapped: deque[int] = deque()
+        self._swap_in = 0
+        self._swap_out = 0
+        # Speculative decoding: decodes verify 1 + k tokens and keep 1..k+1 of them.
+        spec = getattr(cfg, "speculative", None)
+        self.spec_k = spec.num_tokens if spec else 0
+        self.spec_accept = spec.acceptance_rate if spec else 0.0
+        # Disaggregation: a prefill replica hands requests over after their first token; a
+        # decode replica takes them in once their KV cache has arrived.
+        self.prefill_only = prefill_only
+        self.handoffs: list[int] = []
+        self.remote_waiting: deque[int] = deque()
+        self.transferring: set[int] = set()
 
     # -- queue -------------------------------------------------------------------------------
     def add(self, rid: int) -> None:
         self.table.status[rid] = Status.WAITING
-        self.waiting.append(rid)
+        self.waiting.append(rid, int(self.table.priority[rid]))
 
     @property
     def has_work(self) -> bool:
@@ -45,7 +65,7 @@ class Policy:
 
     @property
     def queue_len(self) -> int:
-        return len(self.waiting)
+        return len(self.waiting) + len(self.swapped) + len(self.remote_waiting)
 
     def schedule(self, now: float) -> BatchPlan | None:
         raise NotImplementedError
@@ -54,14 +74,15 @@ class Policy:
     def can_fast_forward(self, plan: BatchPlan) -> bool:
         """Would this pure-decode plan repeat unchanged until a completion, an arrival that
         may join, or a KV block shortage? True when every running request decodes in it and
-        the queue (if any) is blocked by memory or slots, which decodes never free."""
+        the queues (if any) are blocked by memory or slots, which decodes never free."""
         return (plan.num_seqs == self.running.size and plan.preempted.size == 0
-                and bool(plan.samples.all())
-                and bool(plan.is_decode.all()))
+                and not self.prefill_only
+                and not self.spec_k and not self.swapped and plan.swap_in_blocks == 0
+                and bool(plan.samples.all()) and bool(plan.is_decode.all()))
 
     def arrival_may_join(self) -> bool:
-        """Could a request arriving now join the batch at the next step?"""
-        return not self.waiting
+        """Could a request arriving now (or a KV transfer landing) change the next step?"""
+        return bool(self.transferring) or (not self.waiting and not self.remote_waiting)
 
     # -- admission -------------------------------------------------------------------------
     def _never_fits(self, rid: int) -> RejectReason:
@@ -87,11 +108,11 @@ class Policy:
         (rid -> tokens) reserves blocks for more than this step's tokens (static batching).
         ``step_capacity`` is the most tokens any one step may carry (default: the budget).
         """
-        step_capacity = token_budget if step_capacity is None else step_capacity
         t, blocks = self.table, self.blocks
+        step_capacity = token_budget if step_capacity is None else step_capacity
         ids: list[int] = []
         new: list[int] = []
-        free = blocks.free - self._watermark_blocks()
+        room = blocks.available - self._watermark_blocks()
         while self.waiting and token_budget > 0 and len(ids) < seq_budget:
             rid = self.waiting[0]
             reason = self._never_fits(rid)
@@ -99,7 +120,9 @@ class Policy:
                 self.waiting.popleft()
                 self._reject(rid, reason)
                 continue
-            remaining = int(t.num_tokens[rid] - t.num_computed[rid])
+            hit = self._prefix_hit(rid)
+            computed = hit.size * blocks.block_size
+            remaining = int(t.num_tokens[rid]) - computed
             n = min(remaining, token_budget) if chunked else remaining
             if n > token_budget:
                 oversized = n > step_capacity
@@ -112,13 +135,20 @@ class Policy:
                     break  # wait for the next step's budget
                 # A preempted request whose prompt + output so far outgrew a step runs alone.
             reserve = n if reserve_tokens is None else reserve_tokens(rid)
-            need = int(blocks.blocks_for(int(t.num_computed[rid]) + reserve)) - int(t.num_blocks[rid])
-            if need > free:
+            need = int(blocks.blocks_for(computed + reserve)) - hit.size
+            pinned = blocks.pin_cost(hit) if hit.size else 0
+            if need + pinned > room:
                 break
             self.waiting.popleft()
+            if hit.size:
+                blocks.acquire(hit)
+                if t.num_generated[rid] == 0:
+                    t.cached_tokens[rid] = computed
             blocks.allocate(need)
-            free -= need
-            t.num_blocks[rid] += need
+            room -= need + pinned
+            t.num_computed[rid] = computed
+            t.num_blocks[rid] = hit.size + need
+            t.cache_blocks[rid] = hit.size
             t.status[rid] = Status.RUNNING
             ids.append(rid)
             new.append(n)
@@ -127,18 +157,49 @@ class Policy:
             self.running = np.concatenate([self.running, np.asarray(ids, dtype=np.int64)])
         return ids, new
 
+    def _prefix_hit(self, rid: int) -> np.ndarray:
+        """The leading cached blocks a request can reuse (at least one token is computed)."""
+        if not self.blocks.prefix_caching:
+            return _EMPTY
+        t = self.table
+        usable = (int(t.num_tokens[rid]) - 1) // self.blocks.block_size
+        ids = t.prefix_blocks(rid)[:usable]
+        return ids[: self.blocks.cached_prefix(ids)]
+
     def _watermark_blocks(self) -> int:
         return int(getattr(self.cfg, "watermark", 0.0) * self.blocks.num_blocks)
+
+    def _swap_in_waiting(self, seq_room: int) -> list[int]:
+        """Bring swapped-out requests back (before any new admission), oldest first."""
+        t, blocks = self.table, self.blocks
+        back: list[int] = []
+        while self.swapped and len(back) < seq_room:
+            rid = self.swapped[0]
+            n = int(t.swapped_blocks[rid])
+            if n + self._watermark_blocks() > blocks.available:
+                break
+            self.swapped.popleft()
+            blocks.allocate(n)
+            self.host_free += n
+            self._swap_in += n
+            t.num_blocks[rid] = n
+            t.swapped_blocks[rid] = 0
+            t.status[rid] = Status.RUNNING
+            back.append(rid)
+        if back:
+            self.running = np.concatenate([self.running, np.asarray(back, dtype=np.int64)])
+        return back
 
     # -- memory pressure ---------------------------------------------------------------------
     def _grow(self, ids: np.ndarray, new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Give rows the blocks their new tokens need, preempting the newest running requests
-        (by recompute) until everything left fits. Returns the surviving rows."""
+        until everything left fits. Returns the surviving rows."""
         t, blocks = self.table, self.blocks
+        ahead = self.spec_k  # speculative decodes write k draft tokens' KV too
         while True:
-            need = np.maximum(blocks.blocks_for(t.num_computed[ids] + new) - t.num_blocks[ids], 0)
+            need = np.maximum(blocks.blocks_for(t.num_computed[ids] + new + ahead) - t.num_blocks[ids], 0)
             total = int(need.sum())
-            if total <= blocks.free or self.running.size == 0:
+            if total <= blocks.available or self.running.size == 0:
                 break
             victim = int(self.running[-1])
             self._preempt(victim)
@@ -149,15 +210,40 @@ class Policy:
         return ids, new
 
     def _preempt(self, rid: int) -> None:
+        """Free a running request's blocks: park them in host memory (swap) if there is room,
+        or drop them and recompute the request later."""
+        t = self.table
+        self.running = self.running[self.running != rid]
+        self._preempted.append(rid)
+        t.preemptions[rid] += 1
+        t.status[rid] = Status.WAITING
+        n = int(t.num_blocks[rid])
+        if self.swap and n <= self.host_free:
+            self._drop_cache_refs(rid)
+            self.blocks.release(n)
+            self.host_free -= n
+            self._swap_out += n
+            t.swapped_blocks[rid] = n
+            t.num_blocks[rid] = 0
+            self.swapped.append(rid)
+            return
+        self._free_blocks(rid)
+        t.num_computed[rid] = 0
+        self.waiting.appendleft(rid, int(t.priority[rid]))
+
+    def _drop_cache_refs(self, rid: int) -> None:
+        t = self.table
+        k = int(t.cache_blocks[rid])
+        if k:
+            self.blocks.drop(t.prefix_blocks(rid)[:k].tolist())
+            t.num_blocks[rid] -= k
+            t.cache_blocks[rid] = 0
+
+    def _free_blocks(self, rid: int) -> None:
+        self._drop_cache_refs(rid)
         t = self.table
         self.blocks.release(int(t.num_blocks[rid]))
         t.num_blocks[rid] = 0
-        t.num_computed[rid] = 0
-        t.status[rid] = Status.WAITING
-        t.preemptions[rid] += 1
-        self.running = self.running[self.running != rid]
-        self.waiting.appendleft(rid)
-        self._preempted.append(rid)
 
     # -- plans and commits -------------------------------------------------------------------
     def _plan(self, ids, new) -> BatchPlan:
@@ -173,24 +259,35 @@ class Policy:
             num_blocks=t.num_blocks[ids],
             freed=np.asarray(self._freed, dtype=np.int64) if self._freed else _EMPTY,
             preempted=np.asarray(self._preempted, dtype=np.int64) if self._preempted else _EMPTY,
+            spec_tokens=self.spec_k,
+            swap_in_blocks=self._swap_in,
+            swap_out_blocks=self._swap_out,
+            block_size=self.blocks.block_size,
         )
         self._freed = []
         self._preempted = []
+        self._swap_in = self._swap_out = 0
         return plan
 
     def commit(self, plan: BatchPlan, stopped: np.ndarray | None = None) -> np.ndarray:
         """Apply a finished step: tokens computed, tokens sampled, requests finished.
 
         ``stopped`` marks rows whose sampled token was an end-of-sequence (real engine only).
-        Returns the ids that finished.
+        Returns the ids that finished (for a prefill replica: the ids handed over).
         """
         t = self.table
         ids = plan.req_ids
         t.num_computed[ids] += plan.num_new_tokens
         sampled = ids[plan.samples]
-        t.num_generated[sampled] += 1
-        t.num_tokens[sampled] += 1
-        done_mask = t.num_generated[sampled] >= t.output_len[sampled]
+        gained = np.ones(sampled.size, dtype=np.int64)
+        if self.spec_k:
+            gained = self._speculate(plan, sampled)
+        t.num_generated[sampled] += gained
+        t.num_tokens[sampled] += gained
+        if self.blocks.prefix_caching:
+            self._cache_prefixes(sampled[t.num_generated[sampled] == gained])
+        limit = 1 if self.prefill_only else t.output_len[sampled]
+        done_mask = t.num_generated[sampled] >= limit
         if stopped is not None:
             done_mask |= np.asarray(stopped, dtype=bool)[plan.samples]
         done = sampled[done_mask]
@@ -198,8 +295,34 @@ class Policy:
             self._finish(done)
         return done
 
+    def _speculate(self, plan: BatchPlan, sampled: np.ndarray) -> np.ndarray:
+        """Tokens each sampling row keeps: a decode keeps its accepted drafts (each accepted
+        with probability α until the first rejection) plus one token of the target's own."""
+        t = self.table
+        decode = plan.is_decode[plan.samples]
+        accepted = np.minimum(self.rng.geometric(1 - self.spec_accept, sampled.size) - 1, self.spec_k)
+        gained = np.where(decode, accepted + 1, 1)
+        gained = np.minimum(gained, t.output_len[sampled] - t.num_generated[sampled])
+        t.num_computed[sampled] += gained - 1  # the kept drafts' KV entries are valid
+        return gained
+
+    def _cache_prefixes(self, ids: np.ndarray) -> None:
+        """Requests that just finished their prompt share its full blocks from now on."""
+        t = self.table
+        for rid in ids.tolist():
+            start = int(t.cache_blocks[rid])
+            full = min(int(t.num_computed[rid]) // self.blocks.block_size,
+                       int(t.prefix_offsets[rid + 1] - t.prefix_offsets[rid]))
+            if full > start:
+                t.cache_blocks[rid] += self.blocks.insert(t.prefix_blocks(rid)[start:full].tolist())
+
     def _finish(self, done: np.ndarray) -> None:
         t = self.table
+        if self.prefill_only:
+            handoff = done[t.output_len[done] > 1]
+            done = done[t.output_len[done] <= 1]
+            t.status[handoff] = Status.TRANSFER
+            self.handoffs.extend(handoff.tolist())
         t.status[done] = Status.FINISHED
         if not self.keeps_blocks_until_batch_end:
             self._release(done)
@@ -207,6 +330,53 @@ class Policy:
 
     def _release(self, ids: np.ndarray) -> None:
         t = self.table
-        self.blocks.release(int(t.num_blocks[ids].sum()))
-        t.num_blocks[ids] = 0
+        if self.blocks.prefix_caching:
+            for rid in ids.tolist():
+                self._free_blocks(rid)
+        else:
+            self.blocks.release(int(t.num_blocks[ids].sum()))
+            t.num_blocks[ids] = 0
         self._freed.extend(ids.tolist())
+
+    # -- disaggregation ----------------------------------------------------------------------
+    def release_handoff(self, rid: int) -> None:
+        """A prefill replica's copy of a handed-over request's KV cache is no longer needed."""
+        self._free_blocks(rid)
+        self._freed.append(rid)
+
+    def add_remote(self, rid: int) -> None:
+        """A request prefilled elsewhere, waiting for room to receive its KV cache."""
+        self.remote_waiting.append(rid)
+
+    def admit_remote(self) -> tuple[list[int], list[int]]:
+        """Reserve blocks for prefilled requests (oldest first) so their KV can be sent.
+        Returns (admitted, rejected)."""
+        t, blocks = self.table, self.blocks
+        admitted: list[int] = []
+        rejected: list[int] = []
+        room = blocks.available - self._watermark_blocks()
+        seats = self.cfg.max_num_seqs - self.running.size - len(self.transferring)
+        while self.remote_waiting and seats > 0:
+            rid = self.remote_waiting[0]
+            reason = self._never_fits(rid)
+            if reason:
+                self.remote_waiting.popleft()
+                self._reject(rid, reason)
+                rejected.append(rid)
+                continue
+            need = int(blocks.blocks_for(int(t.num_computed[rid]) + 1 + self.spec_k))
+            if need > room:
+                break
+            self.remote_waiting.popleft()
+            blocks.allocate(need)
+            room -= need
+            seats -= 1
+            t.num_blocks[rid] = need
+            self.transferring.add(rid)
+            admitted.append(rid)
+        return admitted, rejected
+
+    def kv_arrived(self, rid: int) -> None:
+        self.transferring.discard(rid)
+        self.table.status[rid] = Status.RUNNING
+        self.running = np.append(self.running, rid)

@@ -19,6 +19,8 @@ class ChunkedPrefill(Policy):
     def schedule(self, now: float) -> BatchPlan | None:
         t, cfg = self.table, self.cfg
         budget = cfg.chunk_size
+        if self.swapped:
+            self._swap_in_waiting(cfg.max_num_seqs - self.running.size)
         running = self.running
         remaining = t.num_tokens[running] - t.num_computed[running]
         decoding = (remaining == 1) & (t.num_computed[running] > 0)
@@ -36,7 +38,7 @@ class ChunkedPrefill(Policy):
                 break
             n = min(rest, budget)
             need = int(self.blocks.blocks_for(done + n) - t.num_blocks[rid])
-            if need > self.blocks.free:
+            if need > self.blocks.available:
                 break
             self.blocks.allocate(need)
             t.num_blocks[rid] += need
@@ -45,7 +47,7 @@ class ChunkedPrefill(Policy):
             budget -= n
 
         seq_room = cfg.max_num_seqs - self.running.size
-        if budget > 0 and seq_room > 0 and self.waiting and not self._preempted:
+        if budget > 0 and seq_room > 0 and self.waiting and not self._preempted and not self.swapped:
             admitted, chunks = self._admit_waiting(budget, seq_room, chunked=True)
             ids_l += admitted
             new_l += chunks

@@ -2,8 +2,8 @@
 
 Every step, waiting requests join as soon as there is room (sequence slots, batched tokens,
 KV blocks). A step that admits requests prefills them whole; otherwise all running requests
-decode one token. When decodes run out of KV blocks, the newest request is preempted and
-later recomputed.
+decode one token. When decodes run out of KV blocks, the newest request is preempted (its
+KV dropped and recomputed later, or swapped to host memory and back).
 """
 
 from __future__ import annotations
@@ -19,13 +19,16 @@ class ContinuousBatching(Policy):
 
     def schedule(self, now: float) -> BatchPlan | None:
         cfg = self.cfg
+        if self.swapped:
+            self._swap_in_waiting(cfg.max_num_seqs - self.running.size)
         seq_room = cfg.max_num_seqs - self.running.size
-        if self.waiting and seq_room > 0 and not self._preempted:
+        if self.waiting and seq_room > 0 and not self.swapped:
             ids, new = self._admit_waiting(cfg.max_batched_tokens, seq_room, chunked=False)
             if ids:
                 return self._plan(ids, new)
         if self.running.size == 0:
             return None
         ids = self.running.copy()
-        ids, new = self._grow(ids, np.ones(ids.size, dtype=np.int64))
+        remaining = self.table.num_tokens[ids] - self.table.num_computed[ids]
+        ids, new = self._grow(ids, remaining)
         return self._plan(ids, new) if ids.size else None

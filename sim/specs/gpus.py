@@ -22,10 +22,11 @@ class GpuSpec:
     interconnect_bandwidth: float  # bytes/s per direction (NVLink, or PCIe)
     interconnect: str
     price_per_hour: float
+    host_bandwidth: float = 50e9  # bytes/s between GPU and host memory (PCIe, per direction)
 
     def peak_flops(self, dtype: str) -> float:
-        if dtype in ("fp8", "int8", "int4") and self.fp8_flops > 0:
-            return self.fp8_flops
+        if dtype in ("fp8", "int8") and self.fp8_flops > 0:
+            return self.fp8_flops  # W8A8 on 8-bit tensor cores (int4 is weight-only: bf16 math)
         if dtype == "fp32":
             return self.bf16_flops / 2  # TF32 tensor-core rate
         return self.bf16_flops
@@ -34,13 +35,13 @@ class GpuSpec:
 GPU_CATALOG: dict[str, GpuSpec] = {
     g.name: g
     for g in [
-        GpuSpec("A100-40GB", 40 * GB, 312 * TFLOPS, 0.0, 1555 * GB, 300 * GB, "nvlink3", 1.29),
-        GpuSpec("A100-80GB", 80 * GB, 312 * TFLOPS, 0.0, 2039 * GB, 300 * GB, "nvlink3", 1.79),
+        GpuSpec("A100-40GB", 40 * GB, 312 * TFLOPS, 0.0, 1555 * GB, 300 * GB, "nvlink3", 1.29, 25 * GB),
+        GpuSpec("A100-80GB", 80 * GB, 312 * TFLOPS, 0.0, 2039 * GB, 300 * GB, "nvlink3", 1.79, 25 * GB),
         GpuSpec("H100-SXM", 80 * GB, 989 * TFLOPS, 1979 * TFLOPS, 3350 * GB, 450 * GB, "nvlink4",
                 2.49),
         GpuSpec("H200", 141 * GB, 989 * TFLOPS, 1979 * TFLOPS, 4800 * GB, 450 * GB, "nvlink4",
                 3.49),
-        GpuSpec("L40S", 48 * GB, 362 * TFLOPS, 733 * TFLOPS, 864 * GB, 32 * GB, "pcie4", 0.99),
+        GpuSpec("L40S", 48 * GB, 362 * TFLOPS, 733 * TFLOPS, 864 * GB, 32 * GB, "pcie4", 0.99, 25 * GB),
         GpuSpec("B200", 180 * GB, 2250 * TFLOPS, 4500 * TFLOPS, 8000 * GB, 900 * GB, "nvlink5",
                 5.99),
     ]

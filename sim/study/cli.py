@@ -86,10 +86,11 @@ def cmd_study(args) -> int:
         study = study.model_copy(update={"set": {**study.set, **_parse_sets(args.set)}})
     plan = plan_study(study, args.study)
     if args.dry_run:
-        t = Table("#", "configuration", "GPUs", "USD/h", title=f"{plan.name}: "
+        t = Table("#", "configuration", "GPUs", "USD/h", "note", title=f"{plan.name}: "
                   f"{len(plan.configs)} configurations, objective {study.objective.kind}")
         for c in plan.configs:
-            t.add_row(str(c.index), c.label, str(c.num_gpus), f"{c.cost_per_hour:.2f}")
+            t.add_row(str(c.index), c.label, str(c.num_gpus), f"{c.cost_per_hour:.2f}",
+                      f"skipped: {c.skipped}" if c.skipped else "")
         console.print(t)
         return 0
     out = Path(args.out or Path("results") / plan.name)

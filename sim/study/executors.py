@@ -145,7 +145,8 @@ class LocalPoolExecutor(Executor):
 
     def close(self, cancel: bool = False) -> None:
         if cancel:
-            for proc in list(getattr(self.pool, "_processes", None) or {}.values()):
+            procs = getattr(self.pool, "_processes", None) or {}
+            for proc in list(procs.values()):
                 proc.terminate()  # interrupted: stop the runs in progress now
         self.pool.shutdown(wait=not cancel, cancel_futures=True)
 

@@ -49,6 +49,8 @@ def make_searches(plan: Plan) -> list[Search]:
     obj = plan.study.objective
     out: list[Search] = []
     for c in plan.configs:
+        if c.skipped:
+            continue
         if isinstance(obj, MaxRate):
             out.append(Bisection(c.index, *obj.bracket, lambda r, o=obj: passes(o, r),
                                  obj.rel_tol, obj.abs_tol))
@@ -130,7 +132,18 @@ def _summary_at(runs: pd.DataFrame, config: int, rate) -> dict[str, Any]:
     return {k: row[k] for k in SUMMARY_COLUMNS if k in row}
 
 
-def _finish(configs: pd.DataFrame, headline: str, note: str, runs: pd.DataFrame) -> Outcome:
+def _with_skipped(plan: Plan, configs: pd.DataFrame) -> pd.DataFrame:
+    """Rows for the configurations that could not run, saying why."""
+    rows = [{**_config_columns(plan, c.index), "outcome": "skipped", "error": c.skipped}
+            for c in plan.configs if c.skipped]
+    if not rows:
+        return configs
+    return pd.concat([configs, pd.DataFrame(rows)], ignore_index=True)
+
+
+def _finish(configs: pd.DataFrame, headline: str, note: str, runs: pd.DataFrame,
+            plan: Plan) -> Outcome:
+    configs = _with_skipped(plan, configs)
     best = _best_row(configs, headline)
     if not configs.empty and headline in configs:
         configs = configs.sort_values(headline, ascending=lower_is_better(headline),
@@ -157,7 +170,7 @@ def _max_rate(plan, searches, runs, obj: MaxRate) -> Outcome:
     limits = "".join(f", {k} ≤ {v:g} s" for k, v in obj.limits.items())
     note = (f"highest arrival rate with SLO attainment ≥ {obj.slo_target:.0%}{limits}, "
             f"ranked by {obj.rank_by} ({units[obj.rank_by]})")
-    return _finish(configs, obj.rank_by, note, runs)
+    return _finish(configs, obj.rank_by, note, runs, plan)
 
 
 def _cheapest(plan, searches, runs, obj: Cheapest) -> Outcome:
@@ -175,12 +188,13 @@ def _cheapest(plan, searches, runs, obj: Cheapest) -> Outcome:
     limits = "".join(f", {k} ≤ {v:g} s" for k, v in obj.limits.items())
     note = (f"lowest GPU cost per hour meeting SLO attainment ≥ {obj.slo_target:.0%}{limits} "
             f"at {at}")
-    out = _finish(configs, "qualifying_cost_per_hour", note, runs)
+    out = _finish(configs, "qualifying_cost_per_hour", note, runs, plan)
     if not out.configs.empty:  # passing ones by cost, then the rest by attainment
         cfg = out.configs
-        cfg = pd.concat([cfg[cfg["meets_slo"]].sort_values("cost_per_hour", kind="stable"),
-                         cfg[~cfg["meets_slo"]].sort_values("slo_attainment", ascending=False,
-                                                             kind="stable")])
+        meets = cfg["meets_slo"].fillna(False).astype(bool)
+        cfg = pd.concat([cfg[meets].sort_values("cost_per_hour", kind="stable"),
+                         cfg[~meets].sort_values("slo_attainment", ascending=False,
+                                                 kind="stable", na_position="last")])
         out.configs = cfg.reset_index(drop=True)
     return out
 
@@ -233,7 +247,7 @@ def _curves(plan, searches, runs, obj: Curves) -> Outcome:
         configs["pareto_points"] = configs["config_index"].map(on_front).fillna(0).astype(int)
     note = (f"best {obj.rank_by} over rates {', '.join(f'{r:g}' for r in obj.rates)} req/s; "
             f"Pareto front on {x} vs {y}")
-    return _finish(configs, obj.rank_by, note, runs)
+    return _finish(configs, obj.rank_by, note, runs, plan)
 
 
 def is_nan(v: Any) -> bool:

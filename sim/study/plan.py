@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
 from sim.errors import InputError, ScenarioError
 from sim.scenario import Scenario, scenario_from_dict
@@ -31,6 +32,7 @@ class Config:
     rate_field: str | None
     gpus: dict[str, int]
     cost_per_hour: float
+    skipped: str | None = None  # why it cannot run (infeasible: skip), or None
 
     @property
     def num_gpus(self) -> int:
@@ -163,6 +165,7 @@ def plan_study(study: Study, study_path: str | Path) -> Plan:
     rate = _probe_rate(study)
     configs: list[Config] = []
     checked_workloads: set[str] = set()
+    first_infeasible: StudyError | None = None
     for i, (overrides, sources, values) in enumerate(combos):
         label = _label(values, short)
         data = apply(base, overrides, source, "")
@@ -177,11 +180,22 @@ def plan_study(study: Study, study_path: str | Path) -> Plan:
             set_path(probe, rate_field, rate, source, "objective.rate_field")
             sources = {**sources, rate_field: "objective.rate_field" if obj.rate_field
                        else "objective"}
-        scenario = _validate(probe, source, base_dir, label, overrides, sources)
-        _check_traffic(scenario, probe, source, label, checked_workloads)
+        skipped = None
+        try:
+            scenario = _validate(probe, source, base_dir, label, overrides, sources)
+        except StudyError as e:
+            scenario = _schema_only(probe, base_dir)
+            if scenario is None or study.infeasible == "error":
+                raise
+            skipped = e.message
+            first_infeasible = first_infeasible or e
+        else:
+            _check_traffic(scenario, probe, source, label, checked_workloads)
         gpus = gpu_inventory(scenario)
         configs.append(Config(i, label, values, sources, data, rate_field if rate is not None
-                              else None, gpus, cost_per_hour(gpus, study.prices)))
+                              else None, gpus, cost_per_hour(gpus, study.prices), skipped))
+    if first_infeasible is not None and all(c.skipped for c in configs):
+        raise first_infeasible  # nothing can run: say why, as for a single configuration
     name = study.name or study_path.stem
     return Plan(study, source, scenario_path, base_dir, name, configs, swept)
 
@@ -204,6 +218,15 @@ def _validate(data: dict, source: str, base_dir: Path, label: str, overrides: di
         raise StudyError(source, sources[culprit],
                          f"{culprit}={show(value)} in configuration [{label}]: "
                          f"{e.field}: {e.message}") from None
+
+
+def _schema_only(data: dict, base_dir: Path) -> Scenario | None:
+    """The scenario if it passes the schema (so only a cross-field check such as "does the
+    model fit" failed), else None."""
+    try:
+        return Scenario.model_validate({**data, "base_dir": str(base_dir)})
+    except ValidationError:
+        return None
 
 
 def _check_traffic(scenario: Scenario, data: dict, source: str, label: str, seen: set[str]) -> None:

@@ -183,6 +183,9 @@ class Study(Strict):
     vary: Vary = Vary()
     objective: Objective
     prices: dict[str, PositiveFloat] = {}  # USD per GPU-hour, overriding the GPU catalog
+    # A configuration that is valid but cannot run (the model does not fit the GPUs):
+    # skip it and say so in the tables, or stop the study with an error.
+    infeasible: Literal["skip", "error"] = "skip"
     report: ReportOptions = ReportOptions()
 
     @field_validator("prices")

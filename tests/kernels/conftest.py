@@ -1,8 +1,10 @@
 """Kernel tests run Triton kernels on the CPU through the Triton interpreter.
 
-``TRITON_INTERPRET=1`` must be in the environment before any ``@triton.jit`` function is
-defined, so it is set here, first thing. If ``kernels`` was already imported by an earlier
-conftest/test module in compiled mode, its modules are reloaded in interpreter mode.
+``TRITON_INTERPRET=1`` must be in the environment before Triton itself is imported (its
+own ``@triton.jit`` library functions, ``tl.sum`` etc., are frozen in the mode in force
+then), so it is set here, first thing. When another conftest imported Triton earlier in
+compiled mode, the in-process Triton tests skip and
+``test_kernel_interpreter_fallback.py`` reruns this folder in a fresh interpreter process.
 Set ``TRITON_INTERPRET=0`` explicitly to run the same tests on a CUDA GPU instead.
 """
 
@@ -10,38 +12,9 @@ import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
-import importlib
 import sys
 from pathlib import Path
 
 _ROOT = Path(__file__).resolve().parents[2]
-if str(_ROOT) not in sys.path:
+if str(_ROOT) not in sys.path:  # import the repo's ``kernels`` even without an install
     sys.path.insert(0, str(_ROOT))
-
-_KERNEL_MODULES = (
-    "kernels.dispatch",
-    "kernels.norm",
-    "kernels.activation",
-    "kernels.rotary",
-    "kernels.kv_cache",
-    "kernels.attention",
-    "kernels.sampling",
-    "kernels",
-)
-
-
-def _ensure_interpreted_kernels() -> None:
-    if os.environ.get("TRITON_INTERPRET") != "1" or "kernels.norm" not in sys.modules:
-        return
-    try:
-        from triton.runtime.interpreter import InterpretedFunction
-    except ImportError:
-        return
-    if isinstance(sys.modules["kernels.norm"]._rms_norm_kernel, InterpretedFunction):
-        return
-    for name in _KERNEL_MODULES:
-        if name in sys.modules:
-            importlib.reload(sys.modules[name])
-
-
-_ensure_interpreted_kernels()

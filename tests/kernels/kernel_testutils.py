@@ -15,12 +15,29 @@ TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
 }
 
 INTERPRETER = os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def _triton_loaded_in_interpreter_mode() -> bool:
+    """Triton's own jit library (``tl.sum``...) must also be interpreted, i.e. Triton was
+    first imported with ``TRITON_INTERPRET=1`` in force."""
+    import triton.language.standard as std
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return isinstance(std.sum, InterpretedFunction)
+
+
+# True when the interpreter is requested but Triton was imported earlier in compiled mode
+# (e.g. by another folder's conftest): in-process Triton tests cannot run then.
+STALE_TRITON = HAS_TRITON and INTERPRETER and not _triton_loaded_in_interpreter_mode()
+
 # Triton kernels run under the CPU interpreter, or on a GPU when the interpreter is off.
-TRITON_DEVICE = "cpu" if INTERPRETER else ("cuda" if torch.cuda.is_available() else None)
+_GPU = "cuda" if torch.cuda.is_available() else None
+TRITON_DEVICE = (None if STALE_TRITON else "cpu") if INTERPRETER else _GPU
 
 requires_triton = pytest.mark.skipif(
     not HAS_TRITON or TRITON_DEVICE is None,
-    reason="needs triton plus TRITON_INTERPRET=1 or a CUDA device",
+    reason="needs triton plus TRITON_INTERPRET=1 set before triton was first imported "
+    "(see test_kernel_interpreter_fallback.py), or a CUDA device",
 )
 
 # The interpreter's tl.dot on bf16 is wrong (numpy has no bf16), so kernels using tl.dot

@@ -113,9 +113,7 @@ def test_triton_odd_shapes_and_tiles():
     args, _, _ = make_batch(specs, 6, 2, 40, 16, torch.float32, seed=3)
     ref = kernels.paged_attention(*args, 0.1, impl="torch")
     for block_m, block_n, splits in [(32, 16, 1), (16, 64, 1), (16, 16, 3)]:
-        out = paged_attention_triton(
-            *args, 0.1, block_m=block_m, block_n=block_n, num_splits=splits
-        )
+        out = paged_attention_triton(*args, 0.1, block_m=block_m, block_n=block_n, num_splits=splits)
         assert_close(out, ref)
 
 
@@ -127,3 +125,12 @@ def test_triton_decode_only_batch():
     ref = kernels.paged_attention(*args, 0.25, impl="torch")
     assert_close(kernels.paged_attention(*args, 0.25, impl="triton"), ref)
     assert_close(paged_attention_triton(*args, 0.25, block_n=16, num_splits=2), ref)
+
+
+@requires_triton
+def test_triton_prefill_heavy_batch():
+    """Mostly-prefill batch: the default picks 64-row query tiles (group 2 -> 32 tokens)."""
+    specs = [(0, 45), (9, 1), (20, 30)]
+    args, _, _ = make_batch(specs, 4, 2, 32, 8, torch.float16, seed=5)
+    ref = kernels.paged_attention(*args, 0.2, impl="torch")
+    assert_close(kernels.paged_attention(*args, 0.2, impl="triton"), ref)

@@ -58,6 +58,4 @@ def test_public_functions_use_reference_on_cpu(monkeypatch):
     bt = torch.tensor([[0, 1]], dtype=torch.int32)
     qsl = torch.tensor([0, 3], dtype=torch.int32)
     kernels.paged_attention(q, kc, vc, bt, qsl, torch.tensor([3], dtype=torch.int32), 0.3)
-    kernels.sample(
-        torch.randn(2, 10), torch.ones(2), torch.zeros(2, dtype=torch.long), torch.ones(2)
-    )
+    kernels.sample(torch.randn(2, 10), torch.ones(2), torch.zeros(2, dtype=torch.long), torch.ones(2))

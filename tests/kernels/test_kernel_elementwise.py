@@ -103,12 +103,8 @@ def test_rope_reference_against_formula(interleaved):
     q, k = torch.randn(4, 4, 16, generator=g), torch.randn(4, 2, 16, generator=g)
     cache = kernels.build_cos_sin_cache(64, 16, 10000.0)
     rq, rk = kernels.rotary_embedding(pos, q, k, cache, interleaved, impl="torch")
-    torch.testing.assert_close(
-        rq.double(), _rope_oracle(pos, q, 10000.0, interleaved), atol=1e-5, rtol=1e-5
-    )
-    torch.testing.assert_close(
-        rk.double(), _rope_oracle(pos, k, 10000.0, interleaved), atol=1e-5, rtol=1e-5
-    )
+    torch.testing.assert_close(rq.double(), _rope_oracle(pos, q, 10000.0, interleaved), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(rk.double(), _rope_oracle(pos, k, 10000.0, interleaved), atol=1e-5, rtol=1e-5)
 
 
 @requires_triton

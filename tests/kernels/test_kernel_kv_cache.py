@@ -37,9 +37,7 @@ def test_reference_semantics():
 
 
 @requires_triton
-@pytest.mark.parametrize(
-    "dtype,cache_dtype", [(d, d) for d in ALL_DTYPES] + [(torch.float32, torch.float16)]
-)
+@pytest.mark.parametrize("dtype,cache_dtype", [(d, d) for d in ALL_DTYPES] + [(torch.float32, torch.float16)])
 def test_triton_matches_reference(dtype, cache_dtype):
     k, v, kc_ref, vc_ref, slots = _inputs(dtype, cache_dtype)
     kc, vc = kc_ref.clone(), vc_ref.clone()

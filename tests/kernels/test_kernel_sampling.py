@@ -71,9 +71,7 @@ def test_greedy_equivalents(impl):
     for temps, ks, ps in [([0.0] * 6, [0] * 6, [1.0] * 6), ([1.0] * 6, [1] * 6, [1.0] * 6)]:
         out = kernels.sample(logits, *_params(temps, ks, ps), generator=_gen(3), impl=impl)
         assert torch.equal(out, argmax)
-    out = kernels.sample(
-        logits, *_params([1.0] * 6, [0] * 6, [1e-7] * 6), generator=_gen(3), impl=impl
-    )
+    out = kernels.sample(logits, *_params([1.0] * 6, [0] * 6, [1e-7] * 6), generator=_gen(3), impl=impl)
     assert torch.equal(out[1:], argmax[1:])  # row 0 has a tie at the top: either is allowed
     assert out[0] in (7, 30)
 

@@ -1,0 +1,236 @@
+"""A replica's step loop, as a SimPy process.
+
+It reads like the story it tells: ask the policy for a plan, let the executor say how long
+the step takes, wait that long, commit the outcome. One SimPy event per step, or one per run
+of identical decode steps when fast-forwarding.
+"""
+
+from __future__ import annotations
+
+from heapq import heappush
+from itertools import islice
+
+import numpy as np
+import simpy
+from simpy.core import NORMAL
+
+from sim.executor import Executor
+from sim.fastforward import commit_run, decode_horizon, run_shapes
+from sim.plan import BatchPlan
+from sim.policies import Policy
+from sim.requests import RequestTable, Status
+from sim.steplog import StepLog
+
+
+def at(env: simpy.Environment, when: float) -> simpy.Event:
+    """An event at the absolute time ``when``. (A timeout lands at ``now + delay``, whose
+    rounding would make a fast-forwarded run drift from a stepped one by an ulp.)"""
+    event = env.event()
+    event._ok, event._value = True, None
+    heappush(env._queue, (when, NORMAL, next(env._eid), event))
+    return event
+
+
+class Replica:
+    """One serving instance (or, with pipeline parallelism, one of its virtual engines)."""
+
+    def __init__(self, env: simpy.Environment, index: int, policy: Policy, executor: Executor,
+                 table: RequestTable, log: StepLog, fast_forward: bool = False,
+                 role: str = "colocated", pipeline: Pipeline | None = None):
+        self.env, self.index = env, index
+        self.policy, self.executor = policy, executor
+        self.table, self.log = table, log
+        self.role = role
+        self.pipeline = pipeline
+        self.cost = getattr(executor, "cost", None)  # fast-forward needs a vectorised cost model
+        self.fast_forward = fast_forward and self.cost is not None and pipeline is None
+        self.on_handoff = None  # prefill role: called with (replica, rid, step duration)
+        self.on_remote = None  # decode role: called with (replica, rid) to start a KV transfer
+        self.on_remote_rejected = None  # decode role: called with rid when it can never fit
+        self._signal = env.event()
+        self._listening = False  # idle, or in a decode run that an arrival may cut short
+        self._run: tuple | None = None  # (ends, used) of a decode run under way
+        self.process = env.process(self.run())
+
+    # -- what a router sees ------------------------------------------------------------------
+    @property
+    def outstanding(self) -> int:
+        p = self.policy
+        return p.queue_len + p.running.size + len(p.transferring)
+
+    def kv_load(self) -> float:
+        """Share of KV blocks in use right now (mid-way through a decode run too)."""
+        used = self.policy.blocks.used - self.policy.blocks.evictable
+        if self._run is not None:
+            ends, grown = self._run
+            used += int(grown[max(0, int(np.searchsorted(ends, self.env.now, side="right")) - 1)])
+        return used / max(self.policy.blocks.num_blocks, 1)
+
+    def submit(self, rid: int) -> None:
+        self.table.replica[rid] = self.index
+        self.policy.add(rid)
+        self.notify()
+
+    def receive(self, rid: int) -> None:
+        """A request prefilled elsewhere (decode role)."""
+        self.table.replica[rid] = self.index
+        self.policy.add_remote(rid)
+        self.notify()
+
+    def notify(self) -> None:
+        if self._listening and not self._signal.triggered:
+            self._signal.succeed()
+
+    # -- the step loop -----------------------------------------------------------------------
+    def run(self):
+        env, policy, t = self.env, self.policy, self.table
+        while True:
+            if policy.remote_waiting:
+                admitted, rejected = policy.admit_remote()
+                for rid in admitted:
+                    self.on_remote(self, rid)
+                for rid in rejected:
+                    self.on_remote_rejected(rid)
+            plan = policy.schedule(env.now)
+            if plan is None:
+                yield from self._sleep()
+                continue
+            start = env.now
+            fresh = plan.req_ids[np.isnan(t.first_scheduled[plan.req_ids])]
+            t.first_scheduled[fresh] = start
+            if self.fast_forward:
+                k, inc = decode_horizon(policy, plan)
+                if k > 1:
+                    yield from self._decode_run(plan, k, inc)
+                    continue
+            used, queued = policy.blocks.used, policy.queue_len
+            result = self.executor.run(plan, t)
+            duration = result.duration
+            if self.pipeline is None:
+                yield at(env, start + duration)
+            else:
+                yield from self.pipeline.pass_through(duration, plan.num_tokens)
+                duration = env.now - start  # including the waits for busy stages
+            done = policy.commit(plan, result.stopped)
+            self._record(plan, start, duration, done, used, queued)
+            if policy.handoffs:
+                for rid in policy.handoffs:
+                    self.on_handoff(self, rid, env.now - start)
+                policy.handoffs.clear()
+
+    def _listen(self) -> simpy.Event:
+        self._listening = True
+        if self._signal.triggered:
+            self._signal = self.env.event()
+        return self._signal
+
+    def _sleep(self):
+        """Idle until a request arrives (or a batching timeout passes, or blocks come back)."""
+        signal = self._listen()
+        if np.isfinite(self.policy.wake_at):
+            yield signal | at(self.env, max(self.env.now, self.policy.wake_at))
+        else:
+            yield signal
+        self._listening = False
+
+    def _decode_run(self, plan: BatchPlan, k: int, inc: np.ndarray):
+        """Up to ``k`` identical decode steps as one event, cut short at the first step
+        boundary after an arrival that could join the batch."""
+        env, policy = self.env, self.policy
+        start = env.now
+        durations = np.asarray(self.cost.step_time(run_shapes(plan, k)), dtype=np.float64)
+        ends = np.add.accumulate(np.concatenate(([start], durations)))  # ends[j] = start of j
+        used, queued = policy.blocks.used, policy.queue_len
+        grown = np.cumsum(inc)
+        self._run = (ends[:k], grown)
+        m = k
+        finish = at(env, ends[k])
+        if policy.arrival_may_join():
+            yield finish | self._listen()
+            self._listening = False
+            if not finish.processed:  # an arrival: finish the step under way, then stop
+                m = max(1, int(np.searchsorted(ends[:k], env.now, side="left")))
+                yield at(env, ends[m])
+        else:
+            yield finish
+        self._run = None
+        done = commit_run(policy, plan, m, inc, ends[1:])
+        t = self.table
+        t.completion[done] = env.now
+        # Requests that queued up during the run (behind a blocked head, or a static batch).
+        joined = t.arrival[list(islice(policy.waiting, queued, None))]
+        n = plan.num_seqs
+        self.log.append(replica=self.index, start=ends[:m], duration=durations[:m], num_seqs=n,
+                        num_tokens=n, prefill_tokens=0, decode_seqs=n, kv_blocks_used=used + grown[:m],
+                        queue_len=queued + np.searchsorted(joined, ends[:m], side="right"))
+
+    def _record(self, plan: BatchPlan, start: float, duration: float, done: np.ndarray,
+                used: int, queued: int) -> None:
+        t, now = self.table, self.env.now
+        if self.role == "prefill":
+            # Handed-over requests get their first token once their KV cache has moved.
+            first = done[t.status[done] == Status.FINISHED]
+        else:
+            sampled = plan.req_ids[plan.samples]
+            first = sampled[np.isnan(t.first_token[sampled])]
+        t.first_token[first] = now
+        t.completion[done[t.status[done] == Status.FINISHED]] = now
+        decode = plan.is_decode
+        self.log.append(
+            replica=self.index, start=start, duration=duration, num_seqs=plan.num_seqs,
+            num_tokens=plan.num_tokens, prefill_tokens=int(plan.num_new_tokens[~decode].sum()),
+            decode_seqs=int(decode.sum()), kv_blocks_used=used, queue_len=queued)
+
+
+class Pipeline:
+    """The stages of a pipeline-parallel replica, shared by its virtual engines.
+
+    A batch holds one stage at a time for its share of the step (the layers are split evenly)
+    plus the hand-off of its activations to the next stage; while it moves on, the next
+    micro-batch can enter. Uneven micro-batches leave stages idle: the bubbles show up as
+    longer step times.
+    """
+
+    def __init__(self, env: simpy.Environment, stages: int, overhead_s: float,
+                 hidden_bytes_per_token: float, link_bandwidth: float, link_latency: float = 5e-6):
+        self.env = env
+        self.stages = [simpy.Resource(env, capacity=1) for _ in range(stages)]
+        self.overhead = overhead_s
+        self.hidden_bytes = hidden_bytes_per_token
+        self.link, self.latency = link_bandwidth, link_latency
+
+    def pass_through(self, duration: float, tokens: int):
+        pp = len(self.stages)
+        per_stage = max(duration - self.overhead, 0.0) / pp
+        send = tokens * self.hidden_bytes / self.link + self.latency
+        for i, stage in enumerate(self.stages):
+            with stage.request() as slot:
+                yield slot
+                extra = self.overhead if i == 0 else send
+                yield self.env.timeout(per_stage + extra)
+
+
+class PipelinedReplica:
+    """A replica with pipeline parallelism: ``pp`` virtual engines (each with its own policy
+    and a share of the KV blocks) feeding one pipeline, as vLLM runs it."""
+
+    def __init__(self, index: int, engines: list[Replica]):
+        self.index = index
+        self.engines = engines
+        self._next = 0
+
+    @property
+    def outstanding(self) -> int:
+        return sum(e.outstanding for e in self.engines)
+
+    def kv_load(self) -> float:
+        return float(np.mean([e.kv_load() for e in self.engines]))
+
+    def submit(self, rid: int) -> None:
+        engine = self.engines[self._next]
+        self._next = (self._next + 1) % len(self.engines)
+        engine.submit(rid)
+
+    def receive(self, rid: int) -> None:
+        engine = min(self.engines, key=lambda e: e.outstanding)
+        engine.receive(rid)
