@@ -13,7 +13,7 @@ import numpy as np
 import simpy
 
 from sim.executor import Executor
-from sim.memory import GiB, BlockAllocator
+from sim.memory import BlockAllocator, GiB
 from sim.policies import make_policy
 from sim.replica import Pipeline, PipelinedReplica, Replica
 from sim.requests import RequestTable, Status

@@ -51,6 +51,7 @@ class Policy:
         # decode replica takes them in once their KV cache has arrived.
         self.prefill_only = prefill_only
         self.handoffs: list[int] = []
+        self.held: dict[int, tuple[int, int]] = {}  # handed over: (blocks, of which cached)
         self.remote_waiting: deque[int] = deque()
         self.transferring: set[int] = set()
 
@@ -322,6 +323,10 @@ class Policy:
             handoff = done[t.output_len[done] > 1]
             done = done[t.output_len[done] <= 1]
             t.status[handoff] = Status.TRANSFER
+            for rid in handoff.tolist():  # this replica keeps the KV until it has been sent
+                self.held[rid] = (int(t.num_blocks[rid]), int(t.cache_blocks[rid]))
+            t.num_blocks[handoff] = 0
+            t.cache_blocks[handoff] = 0
             self.handoffs.extend(handoff.tolist())
         t.status[done] = Status.FINISHED
         if not self.keeps_blocks_until_batch_end:
@@ -341,7 +346,10 @@ class Policy:
     # -- disaggregation ----------------------------------------------------------------------
     def release_handoff(self, rid: int) -> None:
         """A prefill replica's copy of a handed-over request's KV cache is no longer needed."""
-        self._free_blocks(rid)
+        blocks, cached = self.held.pop(rid)
+        if cached:
+            self.blocks.drop(self.table.prefix_blocks(rid)[:cached].tolist())
+        self.blocks.release(blocks - cached)
         self._freed.append(rid)
 
     def add_remote(self, rid: int) -> None:

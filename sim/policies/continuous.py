@@ -8,8 +8,6 @@ KV dropped and recomputed later, or swapped to host memory and back).
 
 from __future__ import annotations
 
-import numpy as np
-
 from sim.plan import BatchPlan
 from sim.policies.base import Policy
 

@@ -54,10 +54,19 @@ def latency_vs_load(runs: pd.DataFrame, metrics: list[str], slo_target: float,
         if level is not None:
             fig.add_hline(y=level, line={"dash": "dot", "color": "#888"}, row=1, col=col)
         fig.update_xaxes(title_text=nice(x), row=1, col=col)
+        if m != "slo_attainment" and _wide(ok[m]):
+            fig.update_yaxes(type="log", row=1, col=col)
     fig.update_yaxes(tickformat=".0%", row=1, col=len(panels))
     fig.update_layout(height=420, margin={"t": 50, "b": 40}, legend={"orientation": "h",
                       "y": -0.25}, hovermode="closest")
     return fig
+
+
+def _wide(values: pd.Series) -> bool:
+    """Positive values spanning more than 20×: clearer on a log axis."""
+    v = pd.to_numeric(values, errors="coerce").dropna()
+    v = v[v > 0]
+    return len(v) > 1 and v.max() / v.min() > 20
 
 
 def bars(configs: pd.DataFrame, metric: str, best_label: str | None,
@@ -79,25 +88,32 @@ def bars(configs: pd.DataFrame, metric: str, best_label: str | None,
 
 
 def pareto(points: pd.DataFrame, x: str, y: str, label_cols: list[str]) -> go.Figure:
-    """All points, with the Pareto front (no point better on both axes) drawn as a line."""
+    """Every point, coloured by configuration, and the Pareto front (no point better on both
+    axes) drawn as a step line."""
     df = points[points[x].notna() & points[y].notna()].copy()
     front = pareto_mask(df[x].to_numpy(float), df[y].to_numpy(float),
                         lower_is_better(x), lower_is_better(y))
-    text = df[label_cols].astype(str).agg(" @ ".join, axis=1) if len(df) else []
+    df["label"] = df[label_cols].astype(str).agg(" @ ".join, axis=1) if len(df) else []
     fig = go.Figure()
-    fig.add_trace(go.Scatter(x=df[x], y=df[y], mode="markers", name="configurations",
-                             text=text, marker={"size": 9, "color": "#9ecae1"},
-                             hovertemplate="%{text}<br>%{x:.4g}, %{y:.4g}<extra></extra>"))
+    for i, (config, grp) in enumerate(df.groupby("config", sort=False)):
+        fig.add_trace(go.Scatter(x=grp[x], y=grp[y], mode="markers", name=str(config),
+                                 text=grp["label"], marker={"size": 9, "color": _color(i),
+                                                            "opacity": 0.75},
+                                 hovertemplate="%{text}<br>%{x:.4g}, %{y:.4g}<extra></extra>"))
     f = df[front].sort_values(x)
     fig.add_trace(go.Scatter(x=f[x], y=f[y], mode="lines+markers", name="Pareto front",
-                             text=np.asarray(text)[front] if len(df) else [],
-                             line={"color": "#d62728", "width": 2, "shape": "hv"},
-                             marker={"size": 11, "color": "#d62728"},
+                             text=f["label"], line={"color": "#222", "width": 2, "shape": "hv"},
+                             marker={"size": 13, "color": "rgba(0,0,0,0)",
+                                     "line": {"color": "#222", "width": 2}},
                              hovertemplate="%{text}<br>%{x:.4g}, %{y:.4g}<extra></extra>"))
     better = lambda m: "lower is better" if lower_is_better(m) else "higher is better"  # noqa: E731
     fig.update_layout(height=460, margin={"t": 30, "b": 40},
                       xaxis_title=f"{nice(x)} — {better(x)}",
                       yaxis_title=f"{nice(y)} — {better(y)}")
+    if _wide(df[y]):
+        fig.update_yaxes(type="log")
+    if _wide(df[x]):
+        fig.update_xaxes(type="log")
     return fig
 
 

@@ -6,10 +6,10 @@ import hashlib
 import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from sim.errors import InputError, ScenarioError
 from sim.scenario import Scenario, scenario_from_dict
@@ -75,6 +75,24 @@ def run_key(data: dict) -> str:
     seed = data.get("seed", Scenario.model_fields["seed"].default)
     text = canonical({"v": KEY_VERSION, "scenario": data, "seed": seed})
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def has_field(model: type[BaseModel], dotted: str) -> bool:
+    """Whether a pydantic model (e.g. Scenario) has the field ``a.b.c``, looking through
+    optional and union annotations."""
+    head, _, rest = dotted.partition(".")
+    info = model.model_fields.get(head)
+    if info is None:
+        return False
+    if not rest:
+        return True
+    todo, seen = [info.annotation], []
+    while todo:  # unwrap Optional[...], unions, Annotated[...], list[...]
+        t = todo.pop()
+        if isinstance(t, type) and issubclass(t, BaseModel):
+            seen.append(t)
+        todo.extend(get_args(t))
+    return any(has_field(m, rest) for m in seen)
 
 
 def read_scenario_mapping(path: Path) -> dict:
@@ -150,6 +168,10 @@ def plan_study(study: Study, study_path: str | Path) -> Plan:
     """Expand ``study`` into configurations and validate every one (errors name the file)."""
     study_path = Path(study_path)
     source = str(study_path)
+    missing = [f for f in study.requires if not has_field(Scenario, f)]
+    if missing:
+        raise StudyError(source, "requires", f"this study needs the scenario field(s) "
+                         f"{', '.join(missing)}, which this version of servesim does not have")
     scenario_path = (study_path.parent / study.scenario).resolve()
     base_dir = scenario_path.parent
     try:

@@ -187,6 +187,9 @@ class Study(Strict):
     # skip it and say so in the tables, or stop the study with an error.
     infeasible: Literal["skip", "error"] = "skip"
     report: ReportOptions = ReportOptions()
+    # Scenario fields (dotted paths) this study needs; a simulator without them stops the
+    # study with a message saying so, rather than "unknown field".
+    requires: list[str] = []
 
     @field_validator("prices")
     @classmethod

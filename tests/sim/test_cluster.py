@@ -1,0 +1,254 @@
+"""Fleet features, each by its mechanism: routers, heterogeneous replicas, disaggregation,
+parallelism, swap, quantization, speculative decoding, mixture of experts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sim.cluster import Cluster
+from sim.cost import make_cost_model
+from sim.memory import memory_budget
+from sim.plan import StepShape
+from sim.simulate import simulate
+from sim.specs import get_gpu, get_model
+from tests.sim.helpers import scenario
+
+LONE = {"workload__num_requests": 1,
+        "workload__prompt_len": {"dist": "fixed", "value": 1000},
+        "workload__output_len": {"dist": "fixed", "value": 20}}
+
+
+def finished_all(r):
+    assert (r.requests["status"] == "finished").all(), r.requests["status"].value_counts()
+
+
+# -- routers ---------------------------------------------------------------------------------
+def test_round_robin_spreads_requests_evenly():
+    r = simulate(scenario(replicas=4))
+    counts = r.requests["replica"].value_counts()
+    assert set(counts.index) == {0, 1, 2, 3} and counts.max() - counts.min() <= 1
+
+
+@pytest.mark.parametrize("router", ["least-outstanding", "least-kv", "power-of-two"])
+def test_load_aware_routers_favour_the_faster_replica(router):
+    s = scenario(router={"policy": router},
+                 replica_groups=[{"count": 1, "hardware": {"gpu": "B200"}},
+                                 {"count": 1, "hardware": {"gpu": "A100-80GB"}}],
+                 workload__arrival={"process": "poisson", "rate": 30}, workload__num_requests=600)
+    r = simulate(s)
+    finished_all(r)
+    counts = r.requests["replica"].value_counts()
+    assert counts[0] > counts[1], counts  # the B200 drains its queue faster, so gets more
+
+
+def test_heterogeneous_replicas_have_their_own_speed():
+    s = scenario(replica_groups=[{"count": 1, "hardware": {"gpu": "H200"}},
+                                 {"count": 1, "hardware": {"gpu": "A100-40GB"}}])
+    r = simulate(s)
+    tpot = r.requests.groupby("replica")["tpot"].median()
+    assert tpot[0] < tpot[1]
+    assert s.replica_specs[0].memory.num_blocks > s.replica_specs[1].memory.num_blocks
+    assert s.num_gpus == 2
+
+
+def test_power_of_two_is_seeded():
+    fields = {"router": {"policy": "power-of-two"}, "replicas": 4}
+    a = simulate(scenario(seed=1, **fields)).requests["replica"]
+    b = simulate(scenario(seed=1, **fields)).requests["replica"]
+    assert a.equals(b)
+
+
+# -- disaggregation --------------------------------------------------------------------------
+DISAGG = {"disaggregation": {"prefill": {"count": 1}, "decode": {"count": 1},
+                             "link": {"type": "ethernet"}}}
+
+
+def test_kv_transfer_time_is_bytes_over_bandwidth_plus_latency():
+    s = scenario(**DISAGG, **LONE)
+    r = simulate(s)
+    finished_all(r)
+    row = r.requests.iloc[0]
+    m = s.model_spec
+    nbytes = 1000 * m.kv_bytes_per_token()
+    wire = nbytes / 12.5e9 + 30e-6
+    prefill = make_cost_model(s).step_time(StepShape(1000, 1, 1000, 1000 * 1000, 0, 0, 1))
+    assert row["ttft"] == pytest.approx(prefill + wire, rel=1e-9)  # TTFT includes the transfer
+    assert row["replica"] == 1  # decoded on the decode replica
+
+
+def test_layerwise_overlap_hides_the_transfer_behind_the_prefill():
+    plain = simulate(scenario(**DISAGG, **LONE)).requests.iloc[0]["ttft"]
+    over = {"disaggregation": {**DISAGG["disaggregation"],
+                               "link": {"type": "ethernet", "layerwise_overlap": True}}}
+    overlapped = simulate(scenario(**over, **LONE)).requests.iloc[0]["ttft"]
+    assert overlapped < plain
+
+
+def test_transfer_time_scales_with_tensor_parallel_senders():
+    import simpy
+
+    from sim.requests import RequestTable
+
+    s = scenario(**DISAGG, **LONE)
+    t = RequestTable(np.zeros(1), np.array([1000]), np.array([5]))
+    t.num_computed[0] = 1000
+    c = Cluster(simpy.Environment(), s, t, lambda i: None)
+    one = c.transfer_time(0, 0.0, 1) - 30e-6
+    two = c.transfer_time(0, 0.0, 2) - 30e-6
+    assert two == pytest.approx(one / 2)
+
+
+def test_decode_admission_waits_for_blocks():
+    # A decode replica with little KV memory must queue prefilled requests until blocks free up.
+    s = scenario(disaggregation={"prefill": {"count": 2},
+                                 "decode": {"count": 1, "hardware": {"memory_utilization": 0.235}}},
+                 workload__arrival={"process": "poisson", "rate": 40},
+                 workload__output_len={"dist": "uniform", "min": 200, "max": 400})
+    r = simulate(s)
+    finished_all(r)
+    decode_steps = r.steps[r.steps["replica"] == 2]
+    assert decode_steps["kv_blocks_used"].max() <= s.replica_specs[2].memory.num_blocks
+    assert decode_steps["queue_len"].max() > 0
+    prefill_steps = r.steps[r.steps["replica"] < 2]
+    assert (prefill_steps["decode_seqs"] == 0).all()  # prefill replicas never decode
+
+
+# -- parallelism -----------------------------------------------------------------------------
+def test_tensor_parallel_halves_per_gpu_weights_and_kv():
+    m, g = get_model("llama-3-70b"), get_gpu("H100-SXM")
+    two = memory_budget(m, g, tp=2)
+    four = memory_budget(m, g, tp=4)
+    assert four.weight_bytes == pytest.approx(two.weight_bytes / 2)
+    assert four.kv_bytes_per_token == pytest.approx(two.kv_bytes_per_token / 2)
+
+
+def test_pipeline_parallel_splits_memory_and_shows_bubbles():
+    m, g = get_model("llama-3-70b"), get_gpu("H100-SXM")
+    assert memory_budget(m, g, tp=2, pp=2).weight_bytes == pytest.approx(
+        memory_budget(m, g, tp=4).weight_bytes)
+    s = scenario(model="llama-3-70b", hardware={"gpu": "H100-SXM", "tp": 2, "pp": 2},
+                 workload__arrival={"process": "poisson", "rate": 6}, workload__num_requests=120)
+    r = simulate(s)
+    finished_all(r)
+    # Two micro-batches share the stages: they overlap in time, and some wait for a stage.
+    busy = r.steps.sort_values("start")
+    overlap = (busy["start"].shift(-1) < busy["start"] + busy["duration"]).sum()
+    assert overlap > 0, "micro-batches should overlap in the pipeline"
+
+
+def test_pipeline_needs_no_more_latency_than_one_gpu_pass():
+    one = scenario(model="llama-3-70b", hardware={"gpu": "H100-SXM", "tp": 4}, **LONE)
+    pp = scenario(model="llama-3-70b", hardware={"gpu": "H100-SXM", "tp": 2, "pp": 2}, **LONE)
+    a, b = simulate(one).requests.iloc[0], simulate(pp).requests.iloc[0]
+    assert b["e2e"] > a["e2e"]  # TP 2 per stage is slower per layer than TP 4, plus a send
+
+
+# -- memory pressure: swap -------------------------------------------------------------------
+PRESSURE = {"hardware__memory_utilization": 0.235,
+            "workload__arrival": {"process": "poisson", "rate": 60},
+            "workload__output_len": {"dist": "uniform", "min": 200, "max": 600}}
+
+
+def test_swap_preemption_parks_kv_in_host_memory_and_brings_it_back():
+    plans = []
+    from sim.cost import CostModelExecutor
+
+    s = scenario(scheduler__preemption="swap", **PRESSURE)
+    inner = CostModelExecutor(make_cost_model(s))
+
+    class Spy:
+        cost = None
+
+        def run(self, plan, table):
+            plans.append(plan)
+            return inner.run(plan, table)
+
+    r = simulate(s, executor_factory=lambda _: Spy())
+    finished_all(r)
+    assert r.summary["preemptions"] > 0
+    out = sum(p.swap_out_blocks for p in plans)
+    back = sum(p.swap_in_blocks for p in plans)
+    assert out == back > 0  # every block parked came back
+    # Swapped requests are not recomputed: no plan restarts a request from zero context twice.
+    starts = pd.Series([rid for p in plans for rid, c in zip(p.req_ids, p.num_computed, strict=True)
+                        if c == 0])
+    assert starts.value_counts().max() == 1
+
+
+def test_swap_cost_is_bytes_over_the_host_link():
+    s = scenario()
+    cost = make_cost_model(s)
+    base = StepShape(8, 8, 0, 0, 8, 8000, 8)
+    swap = StepShape(8, 8, 0, 0, 8, 8000, 8, swap_tokens=1600)
+    extra = cost.step_time(swap) - cost.step_time(base)
+    nbytes = 1600 * s.model_spec.kv_bytes_per_token()
+    assert extra == pytest.approx(nbytes / s.gpu_spec.host_bandwidth)
+
+
+def test_recompute_and_swap_both_finish_everything():
+    rec = simulate(scenario(scheduler__preemption="recompute", **PRESSURE))
+    swp = simulate(scenario(scheduler__preemption="swap", **PRESSURE))
+    finished_all(rec)
+    finished_all(swp)
+
+
+# -- quantization ----------------------------------------------------------------------------
+def test_fp8_weights_halve_weight_memory_and_speed_up_decode():
+    bf16 = scenario()
+    fp8 = scenario(quantization={"weights": "fp8"})
+    assert fp8.memory.weight_bytes == pytest.approx(bf16.memory.weight_bytes / 2)
+    assert fp8.memory.num_blocks > bf16.memory.num_blocks
+    d = StepShape(8, 8, 0, 0, 8, 8000, 8)
+    assert make_cost_model(fp8).step_time(d) < make_cost_model(bf16).step_time(d)
+
+
+def test_int4_weights_and_fp8_kv():
+    s = scenario(quantization={"weights": "int4", "kv_cache": "fp8"})
+    base = scenario()
+    assert s.memory.weight_bytes == pytest.approx(base.memory.weight_bytes / 4)
+    assert s.memory.kv_bytes_per_token == pytest.approx(base.memory.kv_bytes_per_token / 2)
+    # int4 is weight-only: long prefills still run at bf16 tensor-core speed
+    p = StepShape(8192, 1, 8192, 8192**2, 0, 0, 1)
+    w4 = make_cost_model(s).op_times(p)["mlp"]
+    w16 = make_cost_model(base).op_times(p)["mlp"]
+    assert w4 == pytest.approx(w16, rel=0.01)
+
+
+# -- speculative decoding --------------------------------------------------------------------
+@pytest.mark.parametrize("alpha,k", [(0.6, 3), (0.9, 5)])
+def test_speculative_decoding_advances_by_the_expected_accepted_count(alpha, k):
+    spec = {"draft_model": "tiny-llama-12m", "num_tokens": k, "acceptance_rate": alpha}
+    s = scenario(scheduler__speculative=spec, workload__num_requests=60,
+                 workload__output_len={"dist": "fixed", "value": 400})
+    r = simulate(s)
+    finished_all(r)
+    decode_rows = r.steps["decode_seqs"].sum()
+    tokens_from_decodes = r.requests["output_tokens"].sum() - len(r.requests)
+    expected = (1 - alpha ** (k + 1)) / (1 - alpha)
+    assert tokens_from_decodes / decode_rows == pytest.approx(expected, rel=0.05)
+
+
+def test_speculative_step_pays_for_draft_and_verification():
+    s = scenario(scheduler__speculative={"draft_model": "tiny-llama-12m", "num_tokens": 4})
+    cost = make_cost_model(s)
+    plain = StepShape(8, 8, 0, 0, 8, 8000, 8)
+    spec = StepShape(8 + 32, 8, 0, 0, 8, 8000, 8, verify_tokens=32)
+    ops = cost.op_times(spec)
+    assert ops["draft"] > 0
+    assert cost.step_time(spec) > cost.step_time(plain)
+
+
+# -- mixture of experts ----------------------------------------------------------------------
+def test_mixtral_memory_and_expert_costs():
+    m = get_model("mixtral-8x7b")
+    assert 45e9 < m.num_params < 48e9
+    s = scenario(model="mixtral-8x7b", hardware={"gpu": "H100-SXM", "tp": 2})
+    cost = make_cost_model(s)
+    few = cost.op_times(StepShape(1, 1, 0, 0, 1, 100, 1))["moe_mlp"]
+    many = cost.op_times(StepShape(64, 64, 0, 0, 64, 6400, 64))["moe_mlp"]
+    assert many > 3 * few  # one token reads 2 experts' weights; 64 tokens touch all 8
+    ep = scenario(model="mixtral-8x7b", hardware={"gpu": "H100-SXM", "tp": 2, "expert_parallel": True})
+    assert "all_to_all" in make_cost_model(ep).op_times(StepShape(64, 64, 0, 0, 64, 6400, 64))
+    finished_all(simulate(ep))
