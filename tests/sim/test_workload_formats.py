@@ -7,11 +7,12 @@ import json
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
 
 from sim.cli import main
 from sim.errors import ScenarioError, TraceError
 from sim.workload import build_workload, read_trace
-from sim.workload.schema import TraceWorkload
+from sim.workload.schema import TraceWorkload, Workload
 from sim.workload.trace_formats import (
     read_burstgpt_trace,
     read_mapped_trace,
@@ -147,7 +148,7 @@ def test_generic_jsonl_with_datetimes(tmp_path):
     ("csv", "time,in,out\n1,10,3\n", ["missing column", "'t'", "found time,in,out"]),
     ("jsonl", '{"t": 1, "in": 10, "out": 3}\n\n{"t": 2, "in": 10, "out": 0}\n',
      ["out (line 3)", "positive whole number"]),
-    ("jsonl", '{"t": 1, "in": 10, "out": 3}\n{"t": 2 "in": 1}\n', ["line 2, column 10", "JSON"]),
+    ("jsonl", '{"t": 1, "in": 10, "out": 3}\n{"t": 2 "in": 1}\n', ["line 2, column 9", "not valid JSON"]),
 ])
 def test_generic_bad_data_names_line_and_column(tmp_path, fmt, text, fragments):
     (tmp_path / f"g.{fmt}").write_text(text)
@@ -159,20 +160,27 @@ def test_generic_bad_data_names_line_and_column(tmp_path, fmt, text, fragments):
 
 
 # -- schema ----------------------------------------------------------------------------------
-@pytest.mark.parametrize("trace,fragments", [
-    ({"path": "t.csv", "format": "csv"}, ["workload.trace", "needs 'columns'"]),
-    ({"path": "t.csv", "model": "GPT-4"}, ["workload.trace", "['model']", "format azure"]),
-    ({"path": "t.csv", "format": "burstgpt", "hash_block_size": 256},
-     ["workload.trace", "hash_block_size", "burstgpt"]),
-    ({"path": "t.csv", "format": "parquet"}, ["workload.trace.format", "burstgpt"]),
+@pytest.mark.parametrize("trace,loc,fragments", [
+    ({"path": "t.csv", "format": "csv"}, ("trace",), ["format csv needs 'columns'"]),
+    ({"path": "t.csv", "model": "GPT-4"}, ("trace",),
+     ["'model' applies only to format burstgpt, not azure"]),
+    ({"path": "t.csv", "format": "burstgpt", "hash_block_size": 256}, ("trace",),
+     ["'hash_block_size' applies only to format mooncake"]),
+    ({"path": "t.csv", "format": "mooncake", "time_unit": "ms"}, ("trace",),
+     ["'time_unit' applies only to format csv or jsonl"]),
+    ({"path": "t.csv", "format": "parquet"}, ("trace", "format"), ["'burstgpt'"]),
     ({"path": "t.csv", "format": "csv", "columns": {"arrival": "t", "prompt_len": "p"}},
-     ["workload.trace.columns.output_len", "required"]),
+     ("trace", "columns", "output_len"), ["required"]),
 ])
-def test_schema_checks_fields_against_format(trace, fragments):
-    with pytest.raises(ScenarioError) as e:
-        scenario(workload={"trace": trace})
+def test_schema_checks_fields_against_format(trace, loc, fragments):
+    with pytest.raises(ValidationError) as e:
+        Workload.model_validate({"trace": trace})
+    err = e.value.errors()[0]
+    assert err["loc"] == loc
     for f in fragments:
-        assert f in str(e.value), str(e.value)
+        assert f in err["msg"], err["msg"]
+    with pytest.raises(ScenarioError, match="workload"):  # and the scenario reports it
+        scenario(workload={"trace": trace})
 
 
 def test_each_format_replays_through_build_workload(tmp_path):
