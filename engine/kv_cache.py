@@ -89,7 +89,7 @@ class BlockManager:
             self.free(rid)
         for rid in plan.preempted.tolist():
             self.free(rid)
-        for rid, count in zip(plan.req_ids.tolist(), plan.num_blocks.tolist()):
+        for rid, count in zip(plan.req_ids.tolist(), plan.num_blocks.tolist(), strict=True):
             self.resize(rid, count)
 
     def block_table(self, req_ids: np.ndarray, seq_lens: np.ndarray) -> np.ndarray:
@@ -100,7 +100,7 @@ class BlockManager:
         needed = -(-seq_lens // self.block_size)
         width = max(int(needed.max(initial=0)), 1)
         table = np.zeros((len(req_ids), width), dtype=np.int32)
-        for row, (rid, n) in enumerate(zip(req_ids.tolist(), needed.tolist())):
+        for row, (rid, n) in enumerate(zip(req_ids.tolist(), needed.tolist(), strict=True)):
             ids = self.tables.get(rid, [])
             if n > len(ids):
                 raise RuntimeError(f"request {rid} holds {len(ids)} KV blocks, needs {n}")

@@ -6,14 +6,15 @@ attention reads them back from there, so chunks and decodes mix freely in one st
 
 Every operation runs inside ``self.timer(op)``: a no-op by default; calibration swaps in a
 timer (see ``engine.timing``) to measure linear layers, attention, norms, RoPE and KV writes
-on the engine's own tensors. The op names are listed in :data:`OPS`.
+on the engine's own tensors. The op names are listed in :data:`OPS`; per-layer ops are timed
+once per layer. The executor adds ``prepare_inputs`` and ``sample`` around the forward.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -128,7 +129,7 @@ class LlamaModel(nn.Module):
         with t("embed"):
             h = F.embedding(x.input_ids, self.embed_tokens)
         residual = None
-        for layer, (k_cache, v_cache) in zip(self.layers, kv_caches):
+        for layer, (k_cache, v_cache) in zip(self.layers, kv_caches, strict=True):
             with t("input_norm"):
                 if residual is None:
                     residual, h = h, rms_norm(h, layer.input_layernorm, s.norm_eps, impl=impl)

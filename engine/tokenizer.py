@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from functools import lru_cache
+from itertools import pairwise
 from pathlib import Path
 
 _CONTRACTIONS = ("'s", "'t", "'re", "'ve", "'m", "'ll", "'d")
@@ -112,7 +113,7 @@ class Tokenizer:
         r = open_gguf(str(path))
         model = gguf_field(r, "tokenizer.ggml.model")
         if model != "gpt2":
-            raise ValueError(f"only byte-level BPE ('gpt2') vocabularies are supported, not {model!r}")
+            raise ValueError(f"only byte-level BPE ('gpt2') vocabularies work, not {model!r}")
         return cls(
             list(gguf_field(r, "tokenizer.ggml.tokens")),
             list(gguf_field(r, "tokenizer.ggml.merges", [])),
@@ -130,7 +131,7 @@ class Tokenizer:
             return cached
         parts = list(piece)
         while len(parts) > 1:
-            pairs = [(self.ranks.get(p, 1 << 62), k) for k, p in enumerate(zip(parts, parts[1:]))]
+            pairs = [(self.ranks.get(p, 1 << 62), k) for k, p in enumerate(pairwise(parts))]
             rank, k = min(pairs)
             if rank == 1 << 62:
                 break

@@ -141,7 +141,7 @@ def save_safetensors(model: LlamaModel, folder: str | Path) -> Path:
     tensors: dict[str, torch.Tensor] = {}
     for name, sources in _hf_layout(spec):
         sizes = [_rows_of(spec, src) for src in sources]
-        for src, part in zip(sources, params[name].detach().split(sizes, dim=0)):
+        for src, part in zip(sources, params[name].detach().split(sizes, dim=0), strict=True):
             tensors[src] = part.contiguous().cpu()
     save_file(tensors, str(folder / "model.safetensors"))
     config = {

@@ -27,9 +27,12 @@ class MemoryBudget:
     kv_bytes: float
     kv_bytes_per_token: float  # per GPU
     block_size: int
+    fixed_blocks: int | None = None  # set by hand (hardware.kv_blocks), e.g. to match an engine
 
     @property
     def num_blocks(self) -> int:
+        if self.fixed_blocks is not None:
+            return self.fixed_blocks
         per_block = self.kv_bytes_per_token * self.block_size
         return max(0, int(self.kv_bytes // per_block))
 
@@ -55,7 +58,8 @@ def memory_budget(model: ModelSpec, gpu: GpuSpec, *, tp: int = 1, pp: int = 1,
                   utilization: float = 0.9, block_size: int = 16,
                   max_batched_tokens: int = 8192, max_num_seqs: int = 256,
                   activation_bytes: float | None = None, weight_dtype: str | None = None,
-                  kv_dtype: str | None = None, expert_parallel: bool = False) -> MemoryBudget:
+                  kv_dtype: str | None = None, expert_parallel: bool = False,
+                  fixed_blocks: int | None = None) -> MemoryBudget:
     """KV memory per GPU = memory × utilisation − weights − activation reserve.
 
     Weights and KV are sharded over tensor-parallel ranks (by heads) and pipeline stages
@@ -77,6 +81,7 @@ def memory_budget(model: ModelSpec, gpu: GpuSpec, *, tp: int = 1, pp: int = 1,
         kv_bytes=usable - weights - act,
         kv_bytes_per_token=kv_per_token,
         block_size=block_size,
+        fixed_blocks=fixed_blocks,
     )
 
 

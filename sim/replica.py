@@ -50,6 +50,7 @@ class Replica:
         self._signal = env.event()
         self._listening = False  # idle, or in a decode run that an arrival may cut short
         self._run: tuple | None = None  # (ends, used) of a decode run under way
+        self.clock = None  # execute mode: wall time in simulation seconds (steps last as long)
         self.process = env.process(self.run())
 
     # -- what a router sees ------------------------------------------------------------------
@@ -106,6 +107,8 @@ class Replica:
             used, queued = policy.blocks.used, policy.queue_len
             result = self.executor.run(plan, t)
             duration = result.duration
+            if self.clock is not None:  # real time: the step took what the wall clock says
+                duration = max(duration, self.clock() - start)
             if self.pipeline is None:
                 yield at(env, start + duration)
             else:

@@ -58,6 +58,7 @@ class Hardware(Strict):
     memory_utilization: Fraction = 0.9
     activation_reserve_gb: NonNegativeFloat | None = None  # None: estimated from the model
     host_memory_gb: NonNegativeFloat = 64.0  # swap space per replica for preemption by swap
+    kv_blocks: PositiveInt | None = None  # fixed KV blocks per replica (overrides the budget)
 
     @field_validator("gpu")
     @classmethod
@@ -256,6 +257,7 @@ class Scenario(Strict):
             max_batched_tokens=step_tokens, max_num_seqs=sch.max_num_seqs,
             activation_bytes=act, weight_dtype=self.quantization.weights,
             kv_dtype=self.quantization.kv_cache, expert_parallel=hw.expert_parallel,
+            fixed_blocks=hw.kv_blocks,
         )
 
     @cached_property

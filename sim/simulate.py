@@ -32,8 +32,10 @@ class RunResult:
 
 def simulate(scenario: Scenario, *, env: simpy.Environment | None = None,
              executor_factory: Callable[[int], Executor] | None = None,
-             progress: Callable[[int], None] | None = None, mode: str = "simulate") -> RunResult:
-    """Simulate ``scenario`` (or, given a real-time env and engine executors, execute it)."""
+             progress: Callable[[int], None] | None = None, mode: str = "simulate",
+             clock: Callable[[], float] | None = None) -> RunResult:
+    """Simulate ``scenario`` (or, given a real-time env, engine executors and its wall
+    ``clock``, execute it)."""
     wall = time.perf_counter()
     workload = build_workload(scenario)
     table = RequestTable.from_workload(workload)
@@ -43,18 +45,22 @@ def simulate(scenario: Scenario, *, env: simpy.Environment | None = None,
     env = env or simpy.Environment()
     cluster = Cluster(env, scenario, table, executor_factory)
     cluster.on_arrival = progress
+    for replica in cluster.replicas:
+        replica.clock = clock
     env.run()
-    return collect(scenario, table, workload, cluster, time.perf_counter() - wall, mode)
+    return collect(scenario, table, workload, cluster, time.perf_counter() - wall, mode,
+                   [getattr(r, "executor", None) or r.engines[0].executor for r in cluster.replicas])
 
 
 def collect(scenario: Scenario, table: RequestTable, workload, cluster: Cluster, wall_s: float,
-            mode: str) -> RunResult:
+            mode: str, executors=()) -> RunResult:
+    costs = list({id(c): c for c in (getattr(e, "cost", None) for e in executors) if c}.values())
     requests = requests_frame(table, scenario.slo, workload)
     steps = cluster.log.frame()
     capacity = np.array([r.memory.num_blocks for r in scenario.replica_specs], dtype=float)
     steps["kv_utilization"] = steps["kv_blocks_used"] / capacity[steps["replica"].to_numpy()]
     summary = summarize(requests, steps, num_gpus=scenario.num_gpus)
-    warnings = []
+    warnings = [w for c in costs for w in getattr(c, "warnings", lambda: [])()] if costs else []
     rejected = requests[requests["status"] == "rejected"]
     if len(rejected):
         reasons = rejected["reject_reason"].value_counts()

@@ -26,6 +26,7 @@ NICE = {
     "rate": "offered load (req/s)", "cost_per_hour": "cost (USD/h)",
     "max_rate": "max sustainable rate (req/s)", "max_rate_per_gpu": "max rate per GPU (req/s)",
     "max_rate_per_dollar": "requests per dollar", "num_gpus": "GPUs",
+    "qualifying_cost_per_hour": "cost meeting the SLOs (USD/h)",
 }
 
 
@@ -117,21 +118,25 @@ def pareto(points: pd.DataFrame, x: str, y: str, label_cols: list[str]) -> go.Fi
     return fig
 
 
-def heatmap(configs: pd.DataFrame, fx: str, fy: str, metric: str) -> go.Figure:
-    """``metric`` over two swept fields; with more fields swept, the best over the others."""
-    df = configs[[fx, fy, metric]].copy()
+def heatmap(configs: pd.DataFrame, fx: str, fy: str, metric: str,
+            missing: str = "") -> go.Figure:
+    """``metric`` over two swept fields, in the order the study lists their values; with more
+    fields swept, each cell shows the best over the others. Empty cells read ``missing``."""
+    df = configs.sort_values("config_index")[[fx, fy, metric]].copy()
     df[fx], df[fy] = df[fx].astype(str), df[fy].astype(str)
     agg = "min" if lower_is_better(metric) else "max"
     table = df.pivot_table(index=fy, columns=fx, values=metric, aggfunc=agg, sort=False,
                            dropna=False)
+    table = table.reindex(index=list(dict.fromkeys(df[fy])), columns=list(dict.fromkeys(df[fx])))
     z = table.to_numpy(dtype=float)
-    text = [["" if np.isnan(v) else f"{v:.3g}" for v in row] for row in z]
+    text = [[missing if np.isnan(v) else f"{v:.3g}" for v in row] for row in z]
     scale = "Viridis_r" if lower_is_better(metric) else "Viridis"
     fig = go.Figure(go.Heatmap(z=z, x=list(table.columns), y=list(table.index), text=text,
                                texttemplate="%{text}", colorscale=scale,
                                colorbar={"title": {"text": nice(metric)}},
                                hovertemplate=f"{fx}=%{{x}}<br>{fy}=%{{y}}<br>"
                                f"{nice(metric)}: %{{z:.4g}}<extra></extra>"))
-    fig.update_layout(height=420, margin={"t": 30, "b": 40}, xaxis={"type": "category",
-                      "title": fx}, yaxis={"type": "category", "title": fy})
+    fig.update_layout(height=420, margin={"t": 30, "b": 40}, plot_bgcolor="#f4f4f4",
+                      xaxis={"type": "category", "title": fx},
+                      yaxis={"type": "category", "title": fy, "autorange": "reversed"})
     return fig

@@ -95,7 +95,8 @@ def build_figures(run: StudyRun) -> dict[str, tuple[str, go.Figure]]:
     figs: dict[str, tuple[str, go.Figure]] = {}
     runs, configs = out.runs, out.configs
     best = out.best["config"] if out.best else None
-    if len(runs) and (runs["status"] == "ok").any():
+    ok = runs[runs["status"] == "ok"] if len(runs) else runs
+    if len(ok) and ok.groupby("config_index").size().max() > 1:  # a curve needs 2 points
         figs["latency_vs_load"] = ("Latency against load", figures.latency_vs_load(
             runs, list(study.report.latency), obj.slo_target, dict(obj.limits)))
     if isinstance(obj, MaxRate):
@@ -119,11 +120,12 @@ def build_figures(run: StudyRun) -> dict[str, tuple[str, go.Figure]]:
         figs["pareto"] = (f"Pareto front: {figures.nice(y)} vs {figures.nice(x)}",
                           figures.pareto(points, x, y, labels))
     axes = study.report.heatmap or (tuple(plan.swept[:2]) if len(plan.swept) >= 2 else None)
-    metric = "slo_attainment" if isinstance(obj, Cheapest) else out.headline
+    metric = out.headline
     if axes and len(configs) and all(a in configs for a in axes) and metric in configs and \
             configs[metric].notna().any():
+        missing = "fails SLO" if isinstance(obj, Cheapest) else "–"
         figs["heatmap"] = (f"{figures.nice(metric)} over {axes[0]} × {axes[1]}",
-                           figures.heatmap(configs, axes[0], axes[1], metric))
+                           figures.heatmap(configs, axes[0], axes[1], metric, missing))
     return figs
 
 

@@ -49,18 +49,20 @@ class Workload:
         return self.prefix_hashes[self.prefix_offsets[i]:self.prefix_offsets[i + 1]]
 
 
-def build_workload(scenario) -> Workload:
+def build_workload(scenario, *, block_size: int | None = None) -> Workload:
     """Generate (or replay) the scenario's traffic. Every stream has independent random
     streams for arrivals, prompts, outputs, etc., so changing one distribution leaves the
-    others' draws unchanged; class k's draws depend only on the seed and k."""
+    others' draws unchanged; class k's draws depend only on the seed and k.
+    Prefix ids are for KV blocks of ``block_size`` tokens (default: the scheduler's)."""
     w = scenario.workload
-    block_size = scenario.scheduler.block_size
+    block_size = block_size or scenario.scheduler.block_size
+    source = f"scenario {scenario.name!r}"
     explicit_n = w.num_requests if "num_requests" in w.model_fields_set else None
     if w.classes is None:
         # Traces replay whole unless num_requests is given; generated traffic uses its default.
         n = explicit_n if w.trace is not None else w.num_requests
-        ctx = StreamContext(scenario.seed, (), 0, "workload", scenario.resolve, block_size,
-                            n, w.duration_s)
+        ctx = StreamContext(source, scenario.seed, (), 0, "workload", scenario.resolve,
+                            block_size, n, w.duration_s)
         t = build_stream(w, ctx)
         return Workload(t.arrival, t.prompt_len, t.output_len, prefix_offsets=t.prefix_offsets,
                         prefix_hashes=t.prefix_hashes, session_id=t.session, notes=t.notes)
@@ -68,7 +70,7 @@ def build_workload(scenario) -> Workload:
     parts = []
     for k, c in enumerate(w.classes):
         ctx = StreamContext(
-            scenario.seed, (k,), k, f"workload.classes[{k}]", scenario.resolve, block_size,
+            source, scenario.seed, (k,), k, f"workload.classes[{k}]", scenario.resolve, block_size,
             c.num_requests if c.num_requests is not None else explicit_n,
             c.duration_s if c.duration_s is not None else w.duration_s)
         parts.append(build_stream(c, ctx))

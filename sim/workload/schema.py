@@ -8,7 +8,7 @@ named stream with its own SLO and priority.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
@@ -55,17 +55,20 @@ class TraceFile(Strict):
     time_unit: Literal["s", "ms", "us"] = "s"  # csv/jsonl numeric timestamps
     datetime: bool = False  # csv/jsonl: the arrival column holds datetimes
 
+    # Fields that mean something only for some formats.
+    FORMAT_ONLY: ClassVar[dict[str, tuple[str, ...]]] = {
+        "columns": GENERIC_FORMATS, "time_unit": GENERIC_FORMATS, "datetime": GENERIC_FORMATS,
+        "model": ("burstgpt",)}
+
     @model_validator(mode="after")
     def _fields_fit_the_format(self):
-        generic = self.format in GENERIC_FORMATS
-        if generic and self.columns is None:
+        if self.format in GENERIC_FORMATS and self.columns is None:
             raise ValueError(f"format {self.format} needs 'columns': "
                              "{arrival: ..., prompt_len: ..., output_len: ...}")
-        only = {"columns": generic, "time_unit": generic, "datetime": generic,
-                "model": self.format == "burstgpt"}
-        wrong = sorted(k for k, ok in only.items() if not ok and k in self.model_fields_set)
-        if wrong:
-            raise ValueError(f"{wrong} do(es) not apply to format {self.format}")
+        for name, formats in self.FORMAT_ONLY.items():
+            if name in self.model_fields_set and self.format not in formats:
+                raise ValueError(f"'{name}' applies only to format {' or '.join(formats)}, "
+                                 f"not {self.format}")
         return self
 
 
@@ -200,11 +203,8 @@ class TraceWorkload(TraceFile):
     duration_s: PositiveFloat | None = None
     hash_block_size: PositiveInt = 512  # mooncake: tokens per hash id
 
-    @model_validator(mode="after")
-    def _hash_block_size_is_mooncake(self):
-        if "hash_block_size" in self.model_fields_set and self.format != "mooncake":
-            raise ValueError(f"['hash_block_size'] does not apply to format {self.format}")
-        return self
+    FORMAT_ONLY: ClassVar[dict[str, tuple[str, ...]]] = {
+        **TraceFile.FORMAT_ONLY, "hash_block_size": ("mooncake",)}
 
 
 # -- shared prefixes -------------------------------------------------------------------------

@@ -21,12 +21,14 @@ from sim.workload.traces import Trace, rescale_times
 # Independent random streams of one traffic stream, by purpose. The first three match the
 # original single-class layout, so its draws are unchanged; new purposes go at the end.
 ARRIVALS, PROMPTS, OUTPUTS, SYSTEM_PROMPTS, TURNS, THINK_TIMES = range(6)
+MAX_DOUBLINGS = 8  # of the sessions generated for num_requests, when max_context drops many
 
 
 @dataclass(frozen=True)
 class StreamContext:
     """What building a stream needs from the scenario around it."""
 
+    source: str  # the scenario, as errors name it
     seed: int
     key: tuple[int, ...]  # spawn key of this stream's seeds: () single class, (k,) class k
     class_index: int  # mixed into block ids, so classes never share system prompts by accident
@@ -108,8 +110,8 @@ def _conversations(s, ctx: StreamContext) -> StreamTraffic:
     empirical = {f: _empirical(spec, f"{ctx.field}.{f}", ctx)
                  for f, spec in (("prompt_len", s.prompt_len), ("output_len", s.output_len),
                                  ("turns", conv.turns))}
-    num_sessions = ctx.num_requests
-    while True:
+    n = num_sessions = ctx.num_requests
+    for _ in range(MAX_DOUBLINGS):
         start = _arrivals(s, ctx, num_sessions)
         system = _pick_system_prompts(prefix, len(start), ctx)
         system_len = np.full(len(start), prefix.length if prefix else 0, dtype=np.int64)
@@ -117,12 +119,17 @@ def _conversations(s, ctx: StreamContext) -> StreamTraffic:
             conv, start, system_len, prompt_spec=s.prompt_len, output_spec=s.output_len,
             turns_rng=ctx.rng(TURNS), think_rng=ctx.rng(THINK_TIMES),
             prompt_rng=ctx.rng(PROMPTS), output_rng=ctx.rng(OUTPUTS), empirical=empirical)
-        n = ctx.num_requests
         exhausted = num_sessions is None or len(start) < num_sessions  # e.g. a short trace
         if exhausted or (len(turns.arrival) >= n
                          and np.sort(turns.arrival)[n - 1] <= start[-1]):
             break
         num_sessions *= 2
+    else:
+        turns = None
+    if turns is None or len(turns.arrival) == 0:
+        raise ScenarioError(ctx.source, f"{ctx.field}.conversations.max_context",
+                            f"{conv.max_context} tokens leave (almost) no turns: most first "
+                            "turns' prompt + output already exceed it; expected a larger limit")
     system_of_turn = system[turns.session] if system is not None \
         else np.full(len(turns.session), -1, dtype=np.int64)
     offsets, hashes = block_hashes.conversation_blocks(

@@ -79,12 +79,10 @@ def test_greedy_run_matches_dense_greedy(tiny):
 def test_mixed_batch_matches_separate(tiny):
     """One sequence prefills in chunks while two others decode, in the same steps."""
     v = tiny.spec.vocab_size
-    prompts = [_prompt(n, v, 10 + n) for n in (21, 9, 14)]
     # per step: (rid, new tokens). r1, r2 prefill first; then r0 chunks while they decode.
     steps = [[(1, 5), (2, 14)], [(1, 4)], [(0, 8), (1, 1), (2, 1)], [(0, 8), (1, 1), (2, 1)],
              [(2, 1), (0, 5), (1, 1)], [(0, 1), (1, 1), (2, 1)]]
-    lens = [21 + 2, 9 + 5, 14 + 5]  # whole sequences the steps walk through
-    seqs = [p + _prompt(n - len(p), v, 99 + i) for i, (p, n) in enumerate(zip(prompts, lens))]
+    seqs = [_prompt(n, v, 10 + n) for n in (22, 13, 18)]  # the tokens the steps walk through
 
     def run(rids: list[int]) -> dict[tuple[int, int], torch.Tensor]:
         """Logits per (rid, step) when only ``rids`` run (in the same per-step chunks)."""
@@ -97,7 +95,7 @@ def test_mixed_batch_matches_separate(tiny):
                 continue
             plan = plan_for(table, 4, rows)
             logits = ex.forward(plan, table, all_tokens=True)
-            for (r, _), chunk in zip(rows, logits.split(plan.num_new_tokens.tolist())):
+            for (r, _), chunk in zip(rows, logits.split(plan.num_new_tokens.tolist()), strict=True):
                 out[r, k] = chunk
             commit(table, plan)
         return out

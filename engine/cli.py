@@ -1,0 +1,63 @@
+"""``servesim execute``. Registered with the simulator's CLI; imports torch only when run."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_engine_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--dtype", choices=["fp32", "fp16", "bf16"], default=None,
+                   help="default: fp32 on the CPU, the model's dtype on CUDA")
+    p.add_argument("--threads", type=int, default=1, help="torch threads on the CPU (default 1)")
+    p.add_argument("--weights", default=None,
+                   help="a .gguf file or safetensors folder (default: random weights)")
+
+
+def engine_setup(args):
+    from engine.execute import EngineSetup
+
+    if args.threads is not None and args.threads < 1:
+        from sim.errors import InputError
+
+        raise InputError("--threads", None, f"expected a positive number, got {args.threads}")
+    return EngineSetup(device=args.device, dtype=args.dtype, threads=args.threads,
+                       weights=args.weights)
+
+
+def require_torch() -> None:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        from sim.errors import InputError
+
+        raise InputError("servesim", None, "this command needs the engine: pip install -e '.[engine]'") \
+            from None
+
+
+def cmd_execute(args) -> int:
+    require_torch()
+    from engine.execute import execute
+    from sim.cli import console, print_summary
+    from sim.results import write_results
+    from sim.scenario import load_scenario
+
+    scenario = load_scenario(args.scenario, args.set)
+    source = args.scenario or "<default scenario>"
+    result = execute(scenario, engine_setup(args), source)
+    paths = write_results(result, args.out, args.format)
+    print_summary(result)
+    console.print(f"executed {len(result.requests)} requests on {args.device} in "
+                  f"{result.wall_s:.1f} s; results in {args.out} "
+                  f"({', '.join(p.name for p in paths.values())})")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("execute", help="run a scenario on the real engine, in real time")
+    p.add_argument("scenario", nargs="?", help="scenario YAML (default: the embedded default)")
+    p.add_argument("--out", default="results-execute")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
+    p.add_argument("--format", choices=["parquet", "csv"], default="parquet")
+    add_engine_options(p)
+    p.set_defaults(func=cmd_execute)

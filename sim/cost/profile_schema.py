@@ -1,0 +1,119 @@
+"""The calibration profile: measured operation costs of one model on one device.
+
+Written by ``servesim calibrate`` (the engine, timed) or by the Vidur importer; read by the
+profiled cost model. JSON, versioned and validated on load: errors name the file and field.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from sim.errors import ProfileError
+
+SCHEMA_VERSION = 1
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Table(Strict):
+    """Seconds as a function of one size (interpolated piecewise-linearly)."""
+
+    x: list[float] = Field(min_length=2)
+    seconds: list[float]
+
+    @model_validator(mode="after")
+    def _shape(self):
+        if len(self.x) != len(self.seconds):
+            raise ValueError(f"x has {len(self.x)} points but seconds has {len(self.seconds)}")
+        if any(b <= a for a, b in zip(self.x, self.x[1:], strict=False)):
+            raise ValueError("x must be strictly increasing")
+        if any(not np.isfinite(s) or s < 0 for s in self.seconds):
+            raise ValueError("seconds must be finite and ≥ 0")
+        return self
+
+
+class LinearFit(Strict):
+    """seconds = Σ coef·feature, fitted by least squares on measurements; ``ranges`` holds each
+    feature's measured [min, max] so that extrapolation can be reported."""
+
+    features: list[str] = Field(min_length=1)
+    coef: list[float]
+    r2: float = Field(ge=-1, le=1)
+    ranges: dict[str, tuple[float, float]] = {}
+
+    @model_validator(mode="after")
+    def _shape(self):
+        if len(self.features) != len(self.coef):
+            raise ValueError("features and coef differ in length")
+        return self
+
+
+class Ops(Strict):
+    linear: Table  # all matmuls of the model (QKV, O, MLP; embedding) by new tokens in the step
+    other: Table | None = None  # norms, rotary, KV writes, activations, residual adds: by tokens
+    lm_head: Table | None = None  # LM head + sampling by rows that sample
+    attn_prefill: LinearFit | None = None  # features: prefill_rows, prefill_attn (Σ q·kv)
+    attn_decode: LinearFit | None = None  # features: decode_rows, decode_context (Σ kv)
+    allreduce: Table | None = None  # one all-reduce by bytes (TP > 1)
+
+
+class Device(Strict):
+    name: str
+    type: Literal["cpu", "cuda", "gpu"]
+
+
+class Profile(Strict):
+    schema_version: Literal[1]
+    kind: Literal["servesim-profile"] = "servesim-profile"
+    source: str
+    created: str
+    device: Device
+    model: str
+    model_shape: dict[str, int]
+    dtype: str
+    tp: int = Field(ge=1, default=1)
+    versions: dict[str, str] = {}
+    grid: dict = {}
+    ops: Ops
+    step: LinearFit | None = None  # whole-step fit: the preferred model when present
+    overhead_s: float = Field(ge=0, default=0.0)  # per step, outside the forward
+    notes: list[str] = []
+
+
+STEP_FEATURES = ("const", "num_tokens", "prefill_attn", "decode_context", "num_seqs", "num_sampled")
+
+
+def load_profile(path: str | Path, field: str = "cost.profile") -> Profile:
+    path = Path(path)
+    if not path.is_file():
+        raise ProfileError(str(path), field, "profile file not found (make one with servesim calibrate)")
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ProfileError(str(path), None, f"not valid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise ProfileError(str(path), None, "expected a JSON object")
+    version = data.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise ProfileError(str(path), "schema_version",
+                           f"expected {SCHEMA_VERSION}, got {version!r} (re-run servesim calibrate)")
+    try:
+        return Profile.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        raise ProfileError(str(path), loc, err["msg"].removeprefix("Value error, ")) from None
+
+
+def save_profile(profile: Profile, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(profile.model_dump(mode="json"), indent=1))
+    return path
