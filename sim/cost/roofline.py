@@ -37,8 +37,27 @@ class RooflineCost:
         self.expert_parallel = expert_parallel and model.is_moe
         self.draft = draft  # speculative decoding's draft model (same GPU)
 
+        # Per-token coefficients (seconds), so that pricing a step is a handful of mults:
+        # an op costs max(compute, memory) = max(f·x, b0 + b1·x) for its size x.
+        L, h, m = model.num_layers, model.hidden_size, model
+        act_b = 2 * h * self.abytes / self.bandwidth  # read + write the hidden state, per token
+
+        def linear(params):
+            return (L * 2 * params / tp / self.flops, L * params * self.wbytes / tp / self.bandwidth, L * act_b)
+
+        self._linear = {"qkv_proj": linear(h * (m.q_size + 2 * m.kv_size)), "o_proj": linear(m.q_size * h)}
+        if not m.is_moe:
+            self._linear["mlp"] = linear(3 * h * m.intermediate_size)
+        q = m.q_size / tp
+        self._prefill = (L * 4 * q / self.flops,
+                         L * (self.kv_token_layer + 2 * q * self.abytes) / self.bandwidth)
+        self._decode = (L * 4 * q / self.flops, L * self.kv_token_layer / self.bandwidth)
+        self._rest = L * 4 * act_b  # norms, rope, residual adds, KV writes: memory-bound
+        self._lm_head = (2 * h * m.vocab_size / tp / self.flops,
+                         m.vocab_size * h * self.wbytes / tp / self.bandwidth)
+
     def _op(self, flops, nbytes):
-        return np.maximum(flops / self.flops, nbytes / self.bandwidth)
+        return _max(flops / self.flops, nbytes / self.bandwidth)
 
     def _collective(self, nbytes, kind: str = "allreduce"):
         tp = self.tp
@@ -46,48 +65,42 @@ class RooflineCost:
         return factor * nbytes / self.link + COLLECTIVE_LATENCY_S
 
     def op_times(self, s: StepShape) -> dict[str, np.ndarray | float]:
-        """Seconds per operation for the whole step (all layers)."""
+        """Seconds per operation for the whole step (all layers). Works on floats (one step)
+        and arrays (many) with the very same arithmetic, so both give identical results."""
         m, tp, L = self.model, self.tp, self.model.num_layers
-        h = m.hidden_size
-        tokens = np.asarray(s.num_tokens, dtype=float)
-        act = tokens * h * self.abytes
-
-        def linear(params):
-            return L * self._op(2 * tokens * params / tp, params * self.wbytes / tp + 2 * act)
-
+        tokens = s.num_tokens
         times: dict[str, np.ndarray | float] = {
-            "qkv_proj": linear(h * (m.q_size + 2 * m.kv_size)),
-            "o_proj": linear(m.q_size * h),
-        }
+            name: _max(f * tokens, b0 + b1 * tokens) for name, (f, b0, b1) in self._linear.items()}
         if m.is_moe:
-            k, e = m.experts_per_token, m.num_experts
+            h, k, e = m.hidden_size, m.experts_per_token, m.num_experts
+            tok = np.asarray(tokens, dtype=float)
+            act = tok * h * self.abytes
             expert = 3 * h * m.intermediate_size
-            touched = e * (1 - (1 - k / e) ** np.maximum(tokens, 1))  # distinct experts read
-            times["moe_mlp"] = L * self._op(2 * tokens * k * expert / tp,
+            touched = e * (1 - (1 - k / e) ** np.maximum(tok, 1))  # distinct experts read
+            times["moe_mlp"] = L * self._op(2 * tok * k * expert / tp,
                                             touched * expert * self.wbytes / tp + 2 * act * k)
-            times["moe_router"] = L * self._op(2 * tokens * h * e, h * e * self.wbytes)
-        else:
-            times["mlp"] = linear(3 * h * m.intermediate_size)
-        q = m.q_size / tp
-        prefill_tokens = np.asarray(s.prefill_tokens)
-        times["attn_prefill"] = L * self._op(
-            4 * np.asarray(s.prefill_attn) * q,
-            prefill_tokens * self.kv_token_layer + 2 * prefill_tokens * q * self.abytes)
-        decode_ctx = np.asarray(s.decode_context)
-        verify = 1 + np.asarray(s.verify_tokens) / np.maximum(np.asarray(s.decode_seqs), 1)
-        times["attn_decode"] = L * self._op(4 * decode_ctx * q * verify, decode_ctx * self.kv_token_layer)
-        times["norms_and_rest"] = L * self._op(0.0, 8 * act)  # norms, rope, residual adds, kv write
-        times["lm_head"] = self._op(2 * (np.asarray(s.num_sampled) + np.asarray(s.verify_tokens))
-                                    * h * m.vocab_size / tp, m.vocab_size * h * self.wbytes / tp)
+            times["moe_router"] = L * self._op(2 * tok * h * e, h * e * self.wbytes)
+        f, b = self._prefill
+        times["attn_prefill"] = _max(f * s.prefill_attn, b * s.prefill_tokens)
+        f, b = self._decode
+        verify = s.verify_tokens
+        if not _is_zero(verify):  # speculative decodes attend with 1 + k queries each
+            f = f * (1 + verify / np.maximum(s.decode_seqs, 1))
+        times["attn_decode"] = _max(f * s.decode_context, b * s.decode_context)
+        times["norms_and_rest"] = self._rest * tokens
+        f, b = self._lm_head
+        rows = s.num_sampled if _is_zero(verify) else s.num_sampled + verify
+        times["lm_head"] = _max(f * rows, b * (rows > 0))  # weights are read if anyone samples
         if tp > 1:
+            act = tokens * m.hidden_size * self.abytes
             if self.expert_parallel:  # attention all-reduce, then dispatch + combine all-to-all
                 times["allreduce"] = L * self._collective(act)
                 times["all_to_all"] = 2 * L * self._collective(act * m.experts_per_token, "all_to_all")
             else:
                 times["allreduce"] = 2 * L * self._collective(act)
-        if np.any(np.asarray(s.swap_tokens) > 0):
-            times["swap"] = np.asarray(s.swap_tokens) * self.kv_token_gpu / self.gpu.host_bandwidth
-        if self.draft is not None and np.any(np.asarray(s.verify_tokens) > 0):
+        if not _is_zero(s.swap_tokens):
+            times["swap"] = s.swap_tokens * self.kv_token_gpu / self.gpu.host_bandwidth
+        if self.draft is not None and not _is_zero(verify):
             times["draft"] = self._draft_time(s)
         return times
 
@@ -105,8 +118,20 @@ class RooflineCost:
             np.asarray(s.prefill_tokens) > 0, d.step_time(prefill) - d.overhead, 0.0)
 
     def step_time(self, s: StepShape) -> np.ndarray | float:
-        total = sum(self.op_times(s).values()) + self.overhead
-        return total if np.ndim(total) else float(total)
+        total = self.overhead
+        for t in self.op_times(s).values():
+            total = total + t
+        return total if isinstance(total, np.ndarray) else float(total)
+
+
+def _max(a, b):
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.maximum(a, b)
+    return a if a >= b else b
+
+
+def _is_zero(x) -> bool:
+    return not np.any(x) if isinstance(x, np.ndarray) else x == 0
 
 
 def roofline_for(scenario, replica=None) -> RooflineCost:
