@@ -9,6 +9,7 @@ before the step (blocks held, requests freed or preempted).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -33,16 +34,16 @@ class BatchPlan:
     def num_seqs(self) -> int:
         return len(self.req_ids)
 
-    @property
+    @cached_property
     def num_tokens(self) -> int:
         return int(self.num_new_tokens.sum())
 
-    @property
+    @cached_property
     def is_decode(self) -> np.ndarray:
         """Rows that are plain decodes: one new token on top of a cached context."""
         return (self.num_new_tokens == 1) & (self.num_computed > 0)
 
-    @property
+    @cached_property
     def context_lens(self) -> np.ndarray:
         """Total tokens in the cache for each row once this step has written its new ones."""
         return self.num_computed + self.num_new_tokens
