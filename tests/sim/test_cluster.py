@@ -252,3 +252,32 @@ def test_mixtral_memory_and_expert_costs():
     ep = scenario(model="mixtral-8x7b", hardware={"gpu": "H100-SXM", "tp": 2, "expert_parallel": True})
     assert "all_to_all" in make_cost_model(ep).op_times(StepShape(64, 64, 0, 0, 64, 6400, 64))
     finished_all(simulate(ep))
+
+
+# -- invariants hold in cluster runs ---------------------------------------------------------
+INVARIANT_CASES = {
+    "disaggregated-tight": {"disaggregation": {"prefill": {"count": 1}, "decode": {
+        "count": 1, "hardware": {"memory_utilization": 0.235}}}, **PRESSURE},
+    "pipeline": {"model": "llama-3-70b", "hardware": {"gpu": "H100-SXM", "tp": 2, "pp": 2},
+                 "workload__arrival": {"process": "poisson", "rate": 8}},
+    "routers-swap": {"replicas": 3, "router": {"policy": "least-kv"}, "scheduler__preemption": "swap",
+                     **PRESSURE},
+    "chunked-hetero": {"scheduler__policy": "chunked-prefill", "replica_groups": [
+        {"count": 2, "hardware": {"gpu": "L40S"}}, {"count": 1, "hardware": {"gpu": "B200"}}]},
+}
+
+
+@pytest.mark.parametrize("case", INVARIANT_CASES, ids=str)
+def test_conservation_and_kv_capacity_in_cluster_runs(case):
+    s = scenario(**INVARIANT_CASES[case])
+    r = simulate(s)
+    df = r.requests
+    assert set(df["status"]) <= {"finished", "rejected"}
+    assert (df.loc[df["status"] == "rejected", "reject_reason"] != "").all()
+    fin = df[df["status"] == "finished"]
+    assert (fin["output_tokens"] == fin["max_output_tokens"]).all()
+    assert (fin["completion"] >= fin["first_token"]).all() and (fin["first_token"] > fin["arrival"]).all()
+    capacity = {spec.index: spec.memory.num_blocks for spec in s.replica_specs}
+    peak = r.steps.groupby("replica")["kv_blocks_used"].max()
+    for replica, used in peak.items():
+        assert used <= capacity[replica]

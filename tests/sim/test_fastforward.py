@@ -41,3 +41,21 @@ def test_fast_forward_handles_chunked_prompts_ending_in_a_single_token():
                                 workload__prompt_len={"dist": "fixed", "value": 257},
                                 workload__arrival={"process": "poisson", "rate": 2})
     pd.testing.assert_frame_equal(stepped.requests, jumped.requests, check_exact=True)
+
+
+CLUSTER_CASES = {
+    "least-kv-router": {"replicas": 3, "router": {"policy": "least-kv"}, **BURSTY},
+    "least-outstanding": {"replicas": 2, "router": {"policy": "least-outstanding"}, **PRESSURE},
+    "disaggregated": {"disaggregation": {"prefill": {"count": 1}, "decode": {"count": 2}}, **BURSTY},
+    "swap": {"scheduler__preemption": "swap", **PRESSURE},
+    "heterogeneous": {"replica_groups": [{"count": 1, "hardware": {"gpu": "A100-80GB"}},
+                                         {"count": 1, "hardware": {"gpu": "H200"}}],
+                      "router": {"policy": "power-of-two"}, **BURSTY},
+}
+
+
+@pytest.mark.parametrize("case", CLUSTER_CASES, ids=str)
+def test_fast_forward_is_identical_in_cluster_runs(case):
+    stepped, jumped = both_ways(**CLUSTER_CASES[case])
+    pd.testing.assert_frame_equal(stepped.requests, jumped.requests, check_exact=True)
+    pd.testing.assert_frame_equal(stepped.steps, jumped.steps, check_exact=True)
