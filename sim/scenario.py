@@ -10,10 +10,11 @@ from dataclasses import dataclass
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import yaml
 from pydantic import (
+    BaseModel,
     ConfigDict,
     Field,
     NonNegativeFloat,
@@ -299,17 +300,29 @@ DEFAULT_SCENARIO = "default.yaml"
 
 
 def _set_path(data: dict, dotted: str, value: Any, source: str) -> None:
+    """Set ``a.b.c`` in nested mappings; a number indexes a list (``workload.classes.1.priority``)."""
     keys = dotted.split(".")
-    node = data
-    for i, key in enumerate(keys[:-1]):
+    node: Any = data
+    for i, key in enumerate(keys):
+        here = ".".join(keys[: i + 1])
+        last = i == len(keys) - 1
+        if isinstance(node, list):
+            if not key.isdigit() or int(key) >= len(node):
+                raise ScenarioError(source, here, f"expected an index below {len(node)} into the list")
+            if last:
+                node[int(key)] = value
+                return
+            node = node[int(key)]
+            continue
+        if not isinstance(node, dict):
+            raise ScenarioError(source, ".".join(keys[:i]), f"is a {type(node).__name__}, cannot set {dotted}")
+        if last:
+            node[key] = value
+            return
         child = node.get(key)
         if child is None or (isinstance(child, str) and key == "model"):
             child = node[key] = {}
-        elif not isinstance(child, dict):
-            raise ScenarioError(source, ".".join(keys[: i + 1]),
-                                f"is a {type(child).__name__}, cannot set {dotted}")
         node = child
-    node[keys[-1]] = value
 
 
 def apply_overrides(data: dict, overrides: list[str], source: str) -> dict:
@@ -326,20 +339,40 @@ def apply_overrides(data: dict, overrides: list[str], source: str) -> dict:
     return data
 
 
-# pydantic puts the chosen branch of a union into an error's location; users never wrote it.
-_UNION_TAGS = {"poisson", "gamma", "constant", "trace", "fixed", "uniform", "normal", "lognormal",
-               "empirical", "str", "HfConfigModel"}
+def _union_fields(model: type[BaseModel], seen: set | None = None) -> set[str]:
+    """Names of the schema's fields whose type is a union (pydantic puts the chosen branch's
+    tag right after them in error locations; users never wrote that tag)."""
+    seen = set() if seen is None else seen
+    names: set[str] = set()
+    if model in seen:
+        return names
+    seen.add(model)
+    for name, info in model.model_fields.items():
+        ann = info.annotation
+        args = [a for a in get_args(ann) if a is not type(None)]
+        while len(args) == 1 and get_args(args[0]):
+            args = [a for a in get_args(args[0]) if a is not type(None)]
+        if len(args) > 1 and any(isinstance(a, type) and issubclass(a, BaseModel) for a in args):
+            names.add(name)
+        for a in [ann, *args, *(x for arg in args for x in get_args(arg))]:
+            if isinstance(a, type) and issubclass(a, BaseModel):
+                names |= _union_fields(a, seen)
+    return names
 
 
 def _format_loc(loc: tuple) -> str:
     parts: list[str] = []
+    unions = _union_fields(Scenario)
+    previous = None
     for p in loc:
         if isinstance(p, int):
             parts.append(f"[{p}]")
-        elif p in _UNION_TAGS or str(p).startswith("function-"):
-            continue
+        elif (previous in unions and previous != p) or str(p).startswith("function-"):
+            previous = None
+            continue  # a union's branch tag
         else:
             parts.append(("." if parts else "") + str(p))
+        previous = p
     return "".join(parts) or "(top level)"
 
 

@@ -153,5 +153,8 @@ def write_compare(entries: list[Entry], out_dir: Path, png: bool) -> tuple[dict,
     paths["report.html"] = out_dir / "report.html"
     title = "servesim compare — " + " vs ".join(e.name for e in entries)
     paths["report.html"].write_text(page(title, parts))
-    warnings = write_pngs(figs, out_dir / "figures") if png else []
+    warnings = []
+    if png:
+        warnings = write_pngs(figs, out_dir / "figures")
+        paths["figures"] = out_dir / "figures"
     return paths, warnings

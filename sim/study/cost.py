@@ -8,22 +8,15 @@ from sim.specs import get_gpu
 
 
 def gpu_inventory(scenario) -> dict[str, int]:
-    """GPU name -> count for a validated Scenario.
-
-    Scenarios that describe their own GPUs (``gpu_inventory()`` or ``num_gpus``, e.g. with
-    disaggregated pools) are asked; otherwise it is replicas × TP × PP of ``hardware.gpu``.
-    """
-    own = getattr(scenario, "gpu_inventory", None)
-    if callable(own):
-        return dict(own())
-    pools = getattr(scenario, "pools", None)
-    if pools:
+    """GPU name -> count for a validated Scenario: every replica (colocated, replica groups,
+    prefill and decode pools) with its own hardware, TP × PP GPUs each."""
+    specs = getattr(scenario, "replica_specs", None)
+    if specs is not None:
         counts: Counter[str] = Counter()
-        for pool in (pools.values() if isinstance(pools, dict) else pools):
-            hw = getattr(pool, "hardware", None) or scenario.hardware
-            counts[get_gpu(hw.gpu).name] += getattr(pool, "replicas", 1) * hw.tp * hw.pp
+        for r in specs:
+            counts[get_gpu(r.hardware.gpu).name] += r.hardware.tp * r.hardware.pp
         return dict(counts)
-    hw = scenario.hardware
+    hw = scenario.hardware  # a scenario schema without replica specs: homogeneous replicas
     return {get_gpu(hw.gpu).name: scenario.replicas * hw.tp * hw.pp}
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.workload.ragged import concat_rows, take_rows
-from sim.workload.streams import StreamContext, StreamTraffic, build_stream
+from sim.workload.streams import StreamContext, StreamTraffic, build_stream, count_within
 from sim.workload.trace_formats import read_trace
 from sim.workload.traces import Trace, read_azure_trace, rescale_times
 
@@ -117,12 +117,7 @@ def _merge(parts: list[StreamTraffic], classes, num_requests: int | None,
             for p in parts])
 
     order = np.argsort(cols["arrival"], kind="stable")
-    n = len(order)
-    if duration_s is not None:
-        n = int(np.searchsorted(cols["arrival"][order], duration_s, side="left"))
-    if num_requests is not None:
-        n = min(n, num_requests)
-    order = order[:n]
+    order = order[:count_within(cols["arrival"][order], num_requests, duration_s)]
     if offsets is not None:
         offsets, hashes = take_rows(offsets, hashes, order)
     return Workload(**{k: v[order] for k, v in cols.items()},

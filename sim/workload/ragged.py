@@ -37,3 +37,13 @@ def concat_rows(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray,
     counts = np.concatenate([np.diff(o) for o, _ in parts])
     values = np.concatenate([v for _, v in parts])
     return offsets_from_counts(counts), values
+
+
+def take_row_prefixes(offsets: np.ndarray, values: np.ndarray, rows: np.ndarray,
+                      counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each i, the first ``counts[i]`` values of row ``rows[i]`` (which must hold that
+    many), as a new ragged array: one gather, no Python loop."""
+    new_offsets = offsets_from_counts(counts)
+    src = np.repeat(offsets[:-1][rows] - new_offsets[:-1], counts)
+    src += np.arange(new_offsets[-1], dtype=np.int64)
+    return new_offsets, values[src]

@@ -58,6 +58,15 @@ class StreamTraffic:
     def __len__(self) -> int:
         return len(self.arrival)
 
+    def take(self, rows: np.ndarray) -> StreamTraffic:
+        """The requests at ``rows``, in that order."""
+        offsets, hashes = self.prefix_offsets, self.prefix_hashes
+        if offsets is not None:
+            offsets, hashes = take_rows(offsets, hashes, rows)
+        session = None if self.session is None else self.session[rows]
+        return StreamTraffic(self.arrival[rows], self.prompt_len[rows], self.output_len[rows],
+                             offsets, hashes, session, self.notes)
+
 
 def build_stream(s, ctx: StreamContext) -> StreamTraffic:
     """The requests of stream ``s`` (a schema ``Stream``)."""
@@ -130,15 +139,16 @@ def _conversations(s, ctx: StreamContext) -> StreamTraffic:
         raise ScenarioError(ctx.source, f"{ctx.field}.conversations.max_context",
                             f"{conv.max_context} tokens leave (almost) no turns: most first "
                             "turns' prompt + output already exceed it; expected a larger limit")
-    system_of_turn = system[turns.session] if system is not None \
-        else np.full(len(turns.session), -1, dtype=np.int64)
+    keep = np.argsort(turns.arrival, kind="stable")
+    keep = keep[:count_within(turns.arrival[keep], ctx.num_requests, ctx.duration_s)]
+    session = turns.session[keep]
+    prompt = turns.prompt_len[keep]
     offsets, hashes = block_hashes.conversation_blocks(
-        ctx.class_index, turns.session, system_of_turn,
-        prefix.length // ctx.block_size if prefix else 0, turns.prompt_len // ctx.block_size)
-    traffic = StreamTraffic(turns.arrival, turns.prompt_len, turns.output_len, offsets, hashes,
-                            turns.session)
-    traffic = take(traffic, np.argsort(turns.arrival, kind="stable"))
-    return _cut(traffic, ctx.num_requests, ctx.duration_s)
+        ctx.class_index, session,
+        system[session] if system is not None else np.full(len(keep), -1, dtype=np.int64),
+        prefix.length // ctx.block_size if prefix else 0, prompt // ctx.block_size)
+    return StreamTraffic(turns.arrival[keep], prompt, turns.output_len[keep], offsets, hashes,
+                         session)
 
 
 # -- pieces ----------------------------------------------------------------------------------
@@ -187,29 +197,26 @@ def _with_system_prompts(s, ctx: StreamContext, traffic: StreamTraffic) -> Strea
     n = len(traffic)
     system = _pick_system_prompts(prefix, n, ctx)
     offsets, hashes = block_hashes.system_prompt_blocks(
-        ctx.class_index, system, np.full(n, prefix.length // ctx.block_size, dtype=np.int64))
+        ctx.class_index, system, prefix.length // ctx.block_size, prefix.num_prompts)
     return StreamTraffic(traffic.arrival, traffic.prompt_len + prefix.length, traffic.output_len,
                          offsets, hashes, traffic.session, traffic.notes)
+
+
+def count_within(arrival: np.ndarray, num_requests: int | None, duration_s: float | None
+                  ) -> int:
+    """How many of the sorted ``arrival`` are among the first ``num_requests`` and arrive
+    before ``duration_s``."""
+    n = len(arrival)
+    if duration_s is not None:
+        n = int(np.searchsorted(arrival, duration_s, side="left"))
+    if num_requests is not None:
+        n = min(n, num_requests)
+    return n
 
 
 def _cut(traffic: StreamTraffic, num_requests: int | None, duration_s: float | None
          ) -> StreamTraffic:
     """The first ``num_requests`` requests arriving before ``duration_s`` (sorted traffic)."""
-    n = len(traffic)
-    if duration_s is not None:
-        n = int(np.searchsorted(traffic.arrival, duration_s, side="left"))
-    if num_requests is not None:
-        n = min(n, num_requests)
-    if n == len(traffic):
-        return traffic
-    return take(traffic, np.arange(n))
+    n = count_within(traffic.arrival, num_requests, duration_s)
+    return traffic if n == len(traffic) else traffic.take(np.arange(n))
 
-
-def take(traffic: StreamTraffic, rows: np.ndarray) -> StreamTraffic:
-    """The requests at ``rows``, in that order."""
-    offsets, hashes = traffic.prefix_offsets, traffic.prefix_hashes
-    if offsets is not None:
-        offsets, hashes = take_rows(offsets, hashes, rows)
-    session = None if traffic.session is None else traffic.session[rows]
-    return StreamTraffic(traffic.arrival[rows], traffic.prompt_len[rows],
-                         traffic.output_len[rows], offsets, hashes, session, traffic.notes)
