@@ -59,22 +59,23 @@ def cmd_run(args) -> int:
     from sim.scenario import load_scenario
     from sim.simulate import simulate
 
-    scenario = load_scenario(args.scenario, args.set)
-    from sim.workload import build_workload  # noqa: F401  (validates the trace before the bar)
+    from sim.workload import build_workload
 
-    bar, cb = _progress_callback(scenario.workload.num_requests or 0)
+    scenario = load_scenario(args.scenario, args.set)
+    workload = build_workload(scenario)  # reads and checks traces before anything runs
+    bar, cb = _progress_callback(len(workload))
     if args.profile_sim:
         import cProfile
         import pstats
 
         prof = cProfile.Profile()
-        result = prof.runcall(simulate, scenario)
-        pstats.Stats(prof, stream=sys.stdout).sort_stats("cumulative").print_stats(25)
+        result = prof.runcall(simulate, scenario, workload=workload)
+        pstats.Stats(prof, stream=sys.stdout).sort_stats("tottime").print_stats(25)
     elif bar is not None:
         with bar:
-            result = simulate(scenario, progress=cb)
+            result = simulate(scenario, progress=cb, workload=workload)
     else:
-        result = simulate(scenario, progress=cb)
+        result = simulate(scenario, workload=workload)
     paths = write_results(result, args.out, args.format)
     print_summary(result)
     console.print(f"simulated {len(result.requests)} requests in {result.wall_s:.2f} s wall; "

@@ -33,11 +33,11 @@ class RunResult:
 def simulate(scenario: Scenario, *, env: simpy.Environment | None = None,
              executor_factory: Callable[[int], Executor] | None = None,
              progress: Callable[[int], None] | None = None, mode: str = "simulate",
-             clock: Callable[[], float] | None = None) -> RunResult:
+             clock: Callable[[], float] | None = None, workload=None) -> RunResult:
     """Simulate ``scenario`` (or, given a real-time env, engine executors and its wall
     ``clock``, execute it)."""
     wall = time.perf_counter()
-    workload = build_workload(scenario)
+    workload = workload if workload is not None else build_workload(scenario)
     table = RequestTable.from_workload(workload)
     if executor_factory is None:
         costs = [make_cost_model(scenario, spec) for spec in scenario.replica_specs]
@@ -60,7 +60,8 @@ def collect(scenario: Scenario, table: RequestTable, workload, cluster: Cluster,
     capacity = np.array([r.memory.num_blocks for r in scenario.replica_specs], dtype=float)
     steps["kv_utilization"] = steps["kv_blocks_used"] / capacity[steps["replica"].to_numpy()]
     summary = summarize(requests, steps, num_gpus=scenario.num_gpus)
-    warnings = [w for c in costs for w in getattr(c, "warnings", lambda: [])()] if costs else []
+    warnings = list(getattr(workload, "notes", ()))
+    warnings += [w for c in costs for w in getattr(c, "warnings", lambda: [])()] if costs else []
     rejected = requests[requests["status"] == "rejected"]
     if len(rejected):
         reasons = rejected["reject_reason"].value_counts()
