@@ -170,7 +170,10 @@ class RayExecutor(Executor):
         self.ray = ray
         self.started = not ray.is_initialized()
         if self.started:
-            kwargs = {"address": address} if address else {"num_cpus": workers or os.cpu_count()}
+            # No address: always a fresh local instance ("local"), never a cluster that
+            # happens to run on this machine.
+            kwargs = {"address": address} if address else {
+                "address": "local", "num_cpus": workers or os.cpu_count()}
             ray.init(**kwargs, include_dashboard=False, log_to_driver=False,
                      ignore_reinit_error=True, logging_level="warning")
         self.workers = int(ray.cluster_resources().get("CPU", 1))

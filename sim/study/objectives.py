@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -248,7 +247,3 @@ def _curves(plan, searches, runs, obj: Curves) -> Outcome:
     note = (f"best {obj.rank_by} over rates {', '.join(f'{r:g}' for r in obj.rates)} req/s; "
             f"Pareto front on {x} vs {y}")
     return _finish(configs, obj.rank_by, note, runs, plan)
-
-
-def is_nan(v: Any) -> bool:
-    return v is None or (isinstance(v, float) and math.isnan(v))

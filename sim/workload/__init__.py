@@ -3,7 +3,7 @@ of the prompt blocks requests may share, as numpy arrays, seeded."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -53,7 +53,14 @@ def build_workload(scenario, *, block_size: int | None = None) -> Workload:
     """Generate (or replay) the scenario's traffic. Every stream has independent random
     streams for arrivals, prompts, outputs, etc., so changing one distribution leaves the
     others' draws unchanged; class k's draws depend only on the seed and k.
-    Prefix ids are for KV blocks of ``block_size`` tokens (default: the scheduler's)."""
+    Prefix ids are for KV blocks of ``block_size`` tokens (default: the scheduler's).
+    ``workload.rate_scale`` then compresses all arrival times (every class's rate × scale)."""
+    w = _build(scenario, block_size)
+    scale = scenario.workload.rate_scale
+    return w if scale == 1.0 else replace(w, arrival=w.arrival / scale)
+
+
+def _build(scenario, block_size: int | None) -> Workload:
     w = scenario.workload
     block_size = block_size or scenario.scheduler.block_size
     source = f"scenario {scenario.name!r}"

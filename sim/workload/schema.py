@@ -290,6 +290,7 @@ class Workload(Stream):
     and ``duration_s`` (when given) cut the merged traffic, and bound any class that sets
     neither itself."""
 
+    rate_scale: PositiveFloat = 1.0  # multiplies every arrival rate (divides all arrival times)
     num_requests: PositiveInt | None = 1000
     classes: tuple[TrafficClass, ...] | None = None
 

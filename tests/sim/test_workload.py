@@ -94,3 +94,14 @@ def test_azure_conversation_trace(azure_trace):
     assert 19_000 < len(tr) < 20_000
     assert 3000 < tr.arrival[-1] <= 3600  # one hour of traffic
     assert (np.diff(tr.arrival) >= 0).all()
+
+
+def test_rate_scale_compresses_every_class():
+    from sim.scenario import load_scenario
+    from tests.conftest import REPO
+
+    path = REPO / "scenarios" / "multi-class.yaml"
+    a = build_workload(load_scenario(path))
+    b = build_workload(load_scenario(path, ["workload.rate_scale=2"]))
+    np.testing.assert_allclose(b.arrival, a.arrival / 2)
+    np.testing.assert_array_equal(a.class_id, b.class_id)
