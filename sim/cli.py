@@ -58,7 +58,6 @@ def cmd_run(args) -> int:
     from sim.results import write_results
     from sim.scenario import load_scenario
     from sim.simulate import simulate
-
     from sim.workload import build_workload
 
     scenario = load_scenario(args.scenario, args.set)
