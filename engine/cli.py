@@ -38,19 +38,12 @@ def require_torch() -> None:
 def cmd_execute(args) -> int:
     require_torch()
     from engine.execute import execute
-    from sim.cli import console, print_summary
-    from sim.results import write_results
+    from sim.cli import finish_run
     from sim.scenario import load_scenario
 
     scenario = load_scenario(args.scenario, args.set)
-    source = args.scenario or "<default scenario>"
-    result = execute(scenario, engine_setup(args), source)
-    paths = write_results(result, args.out, args.format)
-    print_summary(result)
-    console.print(f"executed {len(result.requests)} requests on {args.device} in "
-                  f"{result.wall_s:.1f} s; results in {args.out} "
-                  f"({', '.join(p.name for p in paths.values())})")
-    return 0
+    result = execute(scenario, engine_setup(args), args.scenario or "<default scenario>")
+    return finish_run(result, args.out, args.format, f"executed on {args.device}:")
 
 
 def register(sub) -> None:

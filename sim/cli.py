@@ -55,7 +55,6 @@ def _progress_callback(total: int):
 
 
 def cmd_run(args) -> int:
-    from sim.results import write_results
     from sim.scenario import load_scenario
     from sim.simulate import simulate
     from sim.workload import build_workload
@@ -75,11 +74,17 @@ def cmd_run(args) -> int:
             result = simulate(scenario, progress=cb, workload=workload)
     else:
         result = simulate(scenario, workload=workload)
-    paths = write_results(result, args.out, args.format)
+    return finish_run(result, args.out, args.format, "simulated")
+
+
+def finish_run(result, out: str, fmt: str, verb: str) -> int:
+    """Write a run's results, print its summary and where the files went."""
+    from sim.results import write_results
+
+    paths = write_results(result, out, fmt)
     print_summary(result)
-    console.print(f"simulated {len(result.requests)} requests in {result.wall_s:.2f} s wall; "
-                  f"results in {Path(args.out).resolve()} "
-                  f"({', '.join(p.name for p in paths.values())})")
+    console.print(f"{verb} {len(result.requests)} requests in {result.wall_s:.2f} s wall; "
+                  f"results in {Path(out).resolve()} ({', '.join(p.name for p in paths.values())})")
     return 0
 
 

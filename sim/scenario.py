@@ -28,7 +28,7 @@ from pydantic import (
 from sim.errors import ScenarioError
 from sim.memory import MemoryBudget, memory_budget
 from sim.specs import GpuSpec, ModelSpec, get_gpu, get_model, model_from_hf_config
-from sim.workload.schema import Strict, Workload
+from sim.workload.schema import Slo, Strict, Workload
 
 Fraction = Annotated[float, Field(gt=0, le=1)]
 
@@ -175,12 +175,6 @@ class Cost(Strict):
         if self.model == "profile" and not self.profile:
             raise ValueError("model: profile needs profile: FILE (from servesim calibrate)")
         return self
-
-
-class Slo(Strict):
-    ttft_s: PositiveFloat | None = None
-    tpot_s: PositiveFloat | None = None
-    e2e_s: PositiveFloat | None = None
 
 
 class Simulation(Strict):

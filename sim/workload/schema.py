@@ -270,7 +270,9 @@ class Stream(Strict):
         return self
 
 
-class ClassSlo(Strict):
+class Slo(Strict):
+    """Service-level objectives: latency limits a request must meet (None: no limit)."""
+
     ttft_s: PositiveFloat | None = None
     tpot_s: PositiveFloat | None = None
     e2e_s: PositiveFloat | None = None
@@ -282,7 +284,7 @@ class TrafficClass(Stream):
 
     name: str = Field(min_length=1)
     priority: int = Field(0, ge=-(2**15), lt=2**15)
-    slo: ClassSlo = ClassSlo()
+    slo: Slo = Slo()
 
 
 class Workload(Stream):
