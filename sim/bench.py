@@ -47,7 +47,7 @@ def measure(overrides: list[str]) -> tuple[float, float, float, int]:
 
 
 def run_bench(args) -> int:
-    console = Console()
+    console = Console(width=max(Console().width, 130))
     table = Table("policy", "requests", "mode", "steps", "wall s (end to end)", "req/s",
                   "simulate-only req/s", "peak MB", title="servesim bench")
     modes = [("fast-forward", True)] + ([("step by step", False)] if args.compare_stepping else [])

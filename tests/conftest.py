@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 # Triton kernels run on the CPU through the interpreter; it must be chosen before triton loads.
@@ -20,3 +21,19 @@ def azure_trace() -> Path:
     if not AZURE_TRACE.is_file():
         pytest.skip(f"the shared Azure trace is not present at {AZURE_TRACE}")
     return AZURE_TRACE
+
+
+def find_chromium() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome", "chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+@pytest.fixture
+def chromium() -> str:
+    path = find_chromium()
+    if path is None:
+        pytest.skip("no chromium on PATH (.ci/run installs Debian's chromium)")
+    return path
