@@ -15,7 +15,7 @@ import simpy
 from sim.executor import Executor
 from sim.memory import BlockAllocator, GiB
 from sim.policies import make_policy
-from sim.replica import Pipeline, PipelinedReplica, Replica
+from sim.replica import Pipeline, PipelinedReplica, Replica, at
 from sim.requests import RequestTable, Status
 from sim.router import make_router
 from sim.scenario import ReplicaSpec
@@ -66,9 +66,8 @@ class Cluster:
     def arrivals(self):
         env, arrival = self.env, self.table.arrival
         for rid in range(self.table.n):
-            delay = arrival[rid] - env.now
-            if delay > 0:
-                yield env.timeout(delay)
+            if arrival[rid] > env.now:
+                yield at(env, arrival[rid])
             self.router.pick(rid).submit(rid)
             if self.on_arrival is not None:
                 self.on_arrival(rid)
