@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from sim.errors import ProfileError
 
 SCHEMA_VERSION = 1
+STEP_FEATURES = ("const", "num_tokens", "prefill_attn", "decode_context", "num_seqs", "num_sampled")
 
 
 class Strict(BaseModel):
@@ -83,11 +84,19 @@ class Profile(Strict):
     grid: dict = {}
     ops: Ops
     step: LinearFit | None = None  # whole-step fit: the preferred model when present
+    prefer: Literal["step", "ops"] | None = None  # overrides that choice (calibrate's verdict)
     overhead_s: float = Field(ge=0, default=0.0)  # per step, outside the forward
     notes: list[str] = []
 
+    @model_validator(mode="after")
+    def _preferred_exists(self):
+        if self.prefer == "step" and self.step is None:
+            raise ValueError("prefer is 'step' but the profile has no step fit")
+        if self.step is not None and not set(self.step.features) <= {*STEP_FEATURES}:
+            unknown = sorted(set(self.step.features) - {*STEP_FEATURES})
+            raise ValueError(f"step fit has unknown features {unknown} (known: {list(STEP_FEATURES)})")
+        return self
 
-STEP_FEATURES = ("const", "num_tokens", "prefill_attn", "decode_context", "num_seqs", "num_sampled")
 
 
 def load_profile(path: str | Path, field: str = "cost.profile") -> Profile:

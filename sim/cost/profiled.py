@@ -1,9 +1,10 @@
 """The profiled cost model: step times from measured operation costs.
 
 Reads a calibration profile and prices a step either with the whole-step fit (when the
-profile has one) or by adding up the per-operation tables and fits. Outside the measured
-range it extrapolates with the roofline's shape (the measured edge value scaled by the
-roofline's ratio) and counts it, so the run can warn. Vectorised like the roofline.
+profile has one, unless its ``prefer`` says ``ops``) or by adding up the per-operation tables
+and fits. Outside the measured range a table extrapolates with the roofline's shape (the
+measured edge value scaled by the roofline's ratio) and a fit continues linearly; either is
+counted, so the run can warn. Vectorised like the roofline.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ class ProfiledCost:
     def __init__(self, profile: Profile, roofline: RooflineCost, mode: str = "auto"):
         self.profile = profile
         self.roofline = roofline
-        self.mode = "step" if mode == "auto" and profile.step is not None else (
-            "ops" if mode == "auto" else mode)
+        if mode == "auto":
+            mode = profile.prefer or ("step" if profile.step is not None else "ops")
+        self.mode = mode
         self.overhead = profile.overhead_s
         self.extrapolated: dict[str, int] = {}
         self.draft = None
@@ -104,5 +106,6 @@ class ProfiledCost:
         return total if np.ndim(total) else float(total)
 
     def warnings(self) -> list[str]:
+        how = {True: "continuing its linear fit", False: "following the roofline's shape"}
         return [f"cost profile extrapolated beyond its measured range ({what}) in {n} step(s), "
-                "following the roofline's shape" for what, n in sorted(self.extrapolated.items())]
+                f"{how['.' in what]}" for what, n in sorted(self.extrapolated.items())]

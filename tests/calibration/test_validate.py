@@ -1,0 +1,73 @@
+"""``servesim validate``: the engine and the simulator on one scenario, joined per request."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sim.cli import main
+from tests.calibration.conftest import write_scenario
+
+pytest.importorskip("torch")
+
+CI_BOUND = 0.30  # the benchmark reports the real figure; this catches a broken model
+
+
+def test_validate_reports_errors_within_the_ci_bound(quick_profile, scenario, tmp_path, capsys):
+    out = tmp_path / "v"
+    code = main(["validate", str(scenario), "--profile", str(quick_profile), "--out", str(out),
+                 "--idle", "spin", "--max-error", f"e2e={CI_BOUND}", "--max-error", f"ttft={CI_BOUND}"])
+    text = " ".join(capsys.readouterr().out.split())
+    v = json.loads((out / "validation.json").read_text())
+    assert code == 0, (text, v["errors"], v["steps"], v["machine"])
+    assert v["requests"] == {"real": 12, "sim": 12, "joined": 12}
+    for m in ("ttft", "tpot", "e2e"):
+        e = v["errors"][m]
+        assert e["n"] > 0 and 0 <= e["median"] <= e["p90"] <= e["max"]
+    for k in ("ttft_p50", "ttft_p99", "e2e_p50", "e2e_p99", "tpot_p50", "request_throughput",
+              "goodput", "output_token_throughput"):
+        d = v["summary"][k]
+        assert d["diff"] == pytest.approx(d["sim"] - d["real"])
+    assert v["steps"]["n"] > 0 and v["machine"]["speed_ratio"] > 0
+    assert v["profile"]["model"] == "tiny-llama-12m"
+    assert "TTFT" in text and "E2E" in text and "summary metrics" in text
+    page = (out / "report.html").read_text()
+    assert "Sim vs real, per request" in page and "Latency CDFs" in page and "plotly" in page
+    assert (out / "requests.csv").read_text().startswith("request_id,")
+    assert "run" in (out / "steps.csv").read_text().splitlines()[0]
+
+
+def test_chunked_prefill_validates_with_the_engine_sleeping_when_idle(quick_profile, tmp_path):
+    s = write_scenario(tmp_path / "c.yaml", policy="chunked-prefill", requests=8, rate=8.0)
+    assert main(["validate", str(s), "--profile", str(quick_profile), "--out", str(tmp_path / "v"),
+                 "--cost-mode", "ops"]) == 0
+    v = json.loads((tmp_path / "v" / "validation.json").read_text())
+    assert v["requests"]["joined"] == 8
+    assert v["errors"]["e2e"]["median"] < 1.0  # sane; the bound is the test above
+
+
+def test_a_broken_profile_exceeds_the_bound(quick_profile, scenario, tmp_path, capsys):
+    """A profile three times too slow: validate must notice and exit 1."""
+    data = json.loads(quick_profile.read_text())
+
+    def scale(node):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if k in ("seconds", "coef"):
+                    node[k] = [3 * x for x in v]
+                elif k == "overhead_s":
+                    node[k] = 3 * v
+                else:
+                    scale(v)
+
+    scale(data["ops"])
+    scale(data["step"])
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps(data))
+    code = main(["validate", str(scenario), "--profile", str(broken), "--out", str(tmp_path / "v"),
+                 "--set", "workload.num_requests=6", "--max-error", str(CI_BOUND)])
+    assert code == 1
+    assert "FAIL" in capsys.readouterr().out
+    v = json.loads((tmp_path / "v" / "validation.json").read_text())
+    assert v["errors"]["e2e"]["median"] > 1.0 and v["errors"]["e2e"]["bias"] > 0
