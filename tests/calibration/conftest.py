@@ -33,11 +33,12 @@ def torch_threads():
 
 @pytest.fixture(scope="session")
 def quick_profile(tmp_path_factory, torch_threads) -> Path:
-    """``servesim calibrate --quick`` of tiny-llama-12m on the CPU (a few seconds)."""
+    """``servesim calibrate --quick --repeats 3`` of tiny-llama-12m on the CPU (seconds)."""
     from sim.cli import main
 
     path = tmp_path_factory.mktemp("profile") / "tiny.json"
-    assert main(["calibrate", "--model", MODEL, "--quick", "--no-progress", "--out", str(path)]) == 0
+    assert main(["calibrate", "--model", MODEL, "--quick", "--repeats", "3", "--no-progress",
+                 "--out", str(path)]) == 0
     return path
 
 

