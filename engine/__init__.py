@@ -1,41 +1,30 @@
 """servesim's real engine: a Llama-style decoder over a paged KV cache that executes the
-scheduler's BatchPlans (the ``Executor`` protocol) and measures how long each step takes."""
+scheduler's BatchPlans (the ``Executor`` protocol) and measures how long each step takes.
 
-from engine.executor import EngineExecutor, SamplingParams
-from engine.generate import Generation, generate
-from engine.kv_cache import BlockManager, KVCache, num_blocks_for_budget
-from engine.model import OPS, LlamaModel, StepInputs
-from engine.timing import CudaEventTimer, SyncTimer
-from engine.tokenizer import Tokenizer
-from engine.weights import (
-    init_random,
-    load_gguf,
-    load_model,
-    load_safetensors,
-    random_model,
-    save_safetensors,
-    smollm2_gguf_path,
-)
+Names load lazily, so that ``servesim`` can register the engine's commands on an install
+without PyTorch (the simulator alone); using them needs ``pip install -e '.[engine]'``.
+"""
 
-__all__ = [
-    "OPS",
-    "BlockManager",
-    "CudaEventTimer",
-    "EngineExecutor",
-    "Generation",
-    "KVCache",
-    "LlamaModel",
-    "SamplingParams",
-    "StepInputs",
-    "SyncTimer",
-    "Tokenizer",
-    "generate",
-    "init_random",
-    "load_gguf",
-    "load_model",
-    "load_safetensors",
-    "num_blocks_for_budget",
-    "random_model",
-    "save_safetensors",
-    "smollm2_gguf_path",
-]
+from __future__ import annotations
+
+import importlib
+
+_WHERE = {
+    "EngineExecutor": "executor", "SamplingParams": "executor",
+    "Generation": "generate", "generate": "generate",
+    "BlockManager": "kv_cache", "KVCache": "kv_cache", "num_blocks_for_budget": "kv_cache",
+    "OPS": "model", "LlamaModel": "model", "StepInputs": "model",
+    "CudaEventTimer": "timing", "SyncTimer": "timing",
+    "Tokenizer": "tokenizer",
+    "init_random": "weights", "load_gguf": "weights", "load_model": "weights",
+    "load_safetensors": "weights", "random_model": "weights", "save_safetensors": "weights",
+    "smollm2_gguf_path": "weights",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module 'engine' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"engine.{_WHERE[name]}"), name)

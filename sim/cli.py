@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from sim.errors import InputError
@@ -165,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except InputError as e:
-        err_console.print(f"[red]error:[/] {e}", highlight=False)
+        err_console.print(f"[red]error:[/] {escape(str(e))}", highlight=False)
         return 2
     except KeyboardInterrupt:
         err_console.print("interrupted")

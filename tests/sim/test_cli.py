@@ -66,3 +66,20 @@ def test_model_from_hf_config(tmp_path, capsys):
 
     spec = model_from_hf_config(tmp_path / "m")
     assert spec.num_kv_heads == 2 and spec.head_dim == 64 and spec.dtype == "bf16"
+
+
+def test_the_simulator_cli_never_imports_torch():
+    # `pip install -e .` (no engine extra) must still run `servesim run`: building the CLI,
+    # with every command registered, and simulating import no torch.
+    code = ("import sys; from sim.cli import build_parser, main; build_parser(); "
+            "main(['list', 'gpus']); assert 'torch' not in sys.modules, 'torch was imported'")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+
+
+def test_error_messages_keep_square_brackets(tmp_path, capsys):
+    (tmp_path / "s.yaml").write_text(
+        "workload:\n  classes:\n    - {name: a, num_requests: 5}\n    - {name: b, num_requests: 5, bogus: 1}\n")
+    assert main(["run", str(tmp_path / "s.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "workload.classes[1].bogus" in err  # rich would eat "[1]" as markup if unescaped
