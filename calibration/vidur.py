@@ -26,6 +26,7 @@ from calibration.fitting import fit_linear, relative_errors, table, thin
 from sim.cost.profile_schema import SCHEMA_VERSION, Device, Ops, Profile
 from sim.errors import ProfileError
 from sim.specs import ModelSpec, get_model
+from sim.workload.traces import read_csv as read_table
 
 MS = 1e-3
 MAX_POINTS = 64  # per table: the shipped profiles stay small
@@ -38,19 +39,11 @@ SKIP_OPS = ("attn", "attn_prefill", "attn_decode", "attn_input_reshape", "attn_o
 
 
 def read_csv(path: str | Path, required: tuple[str, ...]) -> pd.DataFrame:
+    """One of Vidur's CSVs, with the columns its format has."""
     path = Path(path)
     if not path.is_file():
         raise ProfileError(str(path), None, "file not found")
-    try:
-        df = pd.read_csv(path)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-        raise ProfileError(str(path), None, f"not a readable CSV: {e}") from None
-    missing = [c for c in required if c not in df.columns]
-    if missing:
-        raise ProfileError(str(path), missing[0], "missing column (expected Vidur's format)")
-    if df.empty:
-        raise ProfileError(str(path), None, "no rows")
-    return df
+    return read_table(path, None, required, error=ProfileError, empty="no rows")
 
 
 def _ops_in(df: pd.DataFrame) -> list[str]:

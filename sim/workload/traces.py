@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sim.errors import TraceError
+from sim.errors import InputError, TraceError
 from sim.workload.ragged import take_rows
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -57,19 +57,22 @@ def check_file(path: str | Path, field: str) -> Path:
     return path
 
 
-def read_csv(path: Path, field: str, required: tuple[str, ...] | list[str]) -> pd.DataFrame:
-    """A CSV with a header holding the ``required`` columns and at least one row."""
+def read_csv(path: Path, field: str | None, required: tuple[str, ...] | list[str], *,
+             error: type[InputError] = TraceError, empty: str = "the trace has no requests"
+             ) -> pd.DataFrame:
+    """A CSV with a header holding the ``required`` columns and at least one row; problems
+    raise ``error`` naming the file and ``field``."""
     try:
         df = pd.read_csv(path)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-        raise TraceError(str(path), field, f"not a readable CSV: {e}") from None
+        raise error(str(path), field, f"not a readable CSV: {e}") from None
     missing = [c for c in required if c not in df.columns]
     if missing:
-        raise TraceError(str(path), field,
+        raise error(str(path), field,
                          f"missing column(s) {missing}; expected a header with "
                          f"{','.join(required)} (found {','.join(map(str, df.columns))})")
     if df.empty:
-        raise TraceError(str(path), field, "the trace has no requests")
+        raise error(str(path), field, empty)
     return df
 
 
