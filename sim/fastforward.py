@@ -1,10 +1,17 @@
-"""Fast-forward: run a stretch of identical decode steps as one event.
+"""Fast-forward: run a stretch of pure-decode steps as one event.
 
-When every running request is decoding and nothing can change the batch (no admission
-possible, no completion, no new KV block beyond what is free), the next ``k`` steps differ
-only in their context lengths, which grow by one token per request per step. Their costs are
-priced in one vectorised call and their effects committed in closed form. Results are
-identical to stepping one by one (tests/sim/test_fastforward.py runs both ways).
+Once every running request is decoding, the next steps are predictable until something from
+outside changes the batch: each step every live row writes one token, and a row leaves the
+batch at the step that writes its last token. When nobody waits to take a leaver's place,
+completions change nothing but the batch size, so the stretch runs on through them; when
+someone waits, it ends at the first completion. It also ends before the first step whose new
+KV blocks would not fit (that step must preempt), and an arrival that may join cuts it short
+at the next step boundary (Replica.notify).
+
+The stretch is priced in one vectorised call and committed in closed form: per-step sizes,
+contexts and block counts come from the rows' remaining lengths with a sort, a few cumulative
+sums and one bincount, so the work grows with events, not tokens. Results are identical to
+stepping one by one (tests/sim/test_fastforward.py runs both ways).
 """
 
 from __future__ import annotations
@@ -13,82 +20,112 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.plan import BatchPlan, StepShape
+from sim.plan import BatchPlan
 from sim.policies.base import Policy
-from sim.requests import Status
 
 
 @dataclass
 class DecodeRun:
-    """Up to ``k`` repeats of a pure-decode plan, with each step's start time and KV use."""
+    """Up to ``k`` pure-decode steps of the rows ``ids``; row i is in steps 1..left[i]."""
 
-    plan: BatchPlan
+    ids: np.ndarray
+    computed: np.ndarray  # tokens each row had in the KV cache before step 1
+    blocks: np.ndarray  # blocks each row held in step 1
+    left: np.ndarray  # tokens each row has still to generate: its last step
+    first_token: np.ndarray  # rows whose step-1 token is their first (a 1-token last chunk)
     k: int
-    starts: np.ndarray  # [k+1] absolute start times; starts[k] is the end of the last step
-    durations: np.ndarray  # [k]
-    blocks_used: np.ndarray  # [k] blocks held by the replica during each step
+    num_seqs: np.ndarray  # [k] rows in step j+1
+    growth: np.ndarray  # [k+1] cumulative new blocks allocated up to step j (growth[0] = 0)
+    freed: np.ndarray  # [k+1] cumulative blocks released at the end of steps up to j
+    context: np.ndarray  # [k] total context of the rows in step j+1 (what attention reads)
+    starts: np.ndarray | None = None  # [k+1] start of each step; starts[k] ends the run
+    durations: np.ndarray | None = None  # [k]
+
+    def blocks_used(self, used: int) -> np.ndarray:
+        """Blocks held during each step, given those held during step 1."""
+        return used + self.growth[1:] - self.freed[:-1]
+
+    def step_at(self, now: float) -> int:
+        """The step (0-based) under way at ``now``."""
+        return max(0, int(np.searchsorted(self.starts[:-1], now, side="right")) - 1)
 
 
-def decode_horizon(policy: Policy, plan: BatchPlan) -> tuple[int, np.ndarray]:
-    """How many times ``plan`` can repeat before the batch must change, and the new blocks
-    each of those steps allocates (``inc[0] = 0``: the plan's own step is already allocated).
-    Returns (1, ...) when the plan is not a pure decode or the policy may change it."""
-    t = policy.table
-    ids = plan.req_ids
+def plan_run(policy: Policy, plan: BatchPlan) -> DecodeRun | None:
+    """The decode stretch that ``plan`` starts, or None when it must be stepped alone."""
     if not policy.can_fast_forward(plan):
-        return 1, np.zeros(1, dtype=np.int64)
-    remaining = t.output_len[ids] - t.num_generated[ids]
-    kmax = int(remaining.min())
-    if kmax <= 1:
-        return 1, np.zeros(1, dtype=np.int64)
-    bs = policy.blocks.block_size
-    # Step j writes position c + j. A request's held blocks cover positions below nb·bs, so it
-    # opens a new block at steps f = nb·bs − c, f + bs, f + 2·bs, ...
-    first = t.num_blocks[ids] * bs - plan.num_computed
-    first = first[first < kmax]
-    rows = -(-kmax // bs)
-    inc = np.bincount(first, minlength=rows * bs).reshape(rows, bs).cumsum(axis=0).ravel()[:kmax]
-    need = np.cumsum(inc)
-    k = int(np.searchsorted(need, policy.blocks.available, side="right"))
-    return max(1, min(k, kmax)), inc[:k]
-
-
-def run_shapes(plan: BatchPlan, k: int) -> StepShape:
-    """The shapes of ``k`` repeats of a pure-decode plan."""
-    n = plan.num_seqs
-    ctx0 = float(plan.context_lens.sum())
-    return StepShape(
-        num_tokens=float(n), num_seqs=float(n), prefill_tokens=0.0, prefill_attn=0.0,
-        decode_seqs=float(n), decode_context=ctx0 + n * np.arange(k, dtype=np.float64),
-        num_sampled=float(n))
-
-
-def commit_run(policy: Policy, plan: BatchPlan, m: int, inc: np.ndarray, end_times: np.ndarray
-               ) -> np.ndarray:
-    """Apply ``m`` repeats of a pure-decode plan whose steps ended at ``end_times``; returns
-    the ids that finished (at the last step)."""
+        return None
     t, blocks = policy.table, policy.blocks
     ids = plan.req_ids
-    if m > 1:
-        blocks.allocate(int(inc[:m].sum()))
-        t.num_blocks[ids] = np.maximum(t.num_blocks[ids],
-                                       blocks.blocks_for(plan.num_computed + m))
-    t.num_computed[ids] += m
-    t.num_generated[ids] += m
-    t.num_tokens[ids] += m
-    first = ids[np.isnan(t.first_token[ids])]  # a prompt whose last token was this run's first
-    t.first_token[first] = end_times[0]
+    generated = t.num_generated[ids]
+    left = t.output_len[ids] - generated
+    absorb = policy.completions_change_nothing()
+    k = int(left.max() if absorb else left.min())
+    if k <= 1:
+        return None
+    n = ids.size
+    c, nb, bs = plan.num_computed, plan.num_blocks, blocks.block_size
+    # Step j writes position c + j - 1; a row's held blocks cover positions below nb·bs, so it
+    # takes a new block at steps f, f + bs, ... while it lives (f >= 2: step 1 is allocated).
+    f = nb * bs - c + 1
+    grows = f <= np.minimum(left, k)
+    f = f[grows]
+    stop = f + bs * ((np.minimum(left[grows], k) - f) // bs + 1)  # first such step after death
+    rows = -(-(k + 1) // bs) + 1
+    marks = np.bincount(f, minlength=rows * bs) - np.bincount(stop, minlength=rows * bs)
+    step_growth = marks.reshape(rows, bs).cumsum(axis=0).ravel()[: k + 1]
+    growth = np.cumsum(step_growth)
+    freed = np.zeros(k + 1, dtype=np.int64)
+    if absorb and policy.frees_on_finish:
+        done_blocks = np.maximum(nb, -(-(c + left) // bs))
+        dies = left < k
+        freed += np.cumsum(np.bincount(left[dies], weights=done_blocks[dies], minlength=k + 1)
+                           .astype(np.int64))
+    # The first step whose new blocks do not fit ends the stretch before it.
+    # (With prefix caching, only free blocks: taking a cached one would evict mid-stretch.)
+    room = blocks.free if blocks.prefix_caching else blocks.available
+    short = growth[1:] - freed[:-1] > room
+    if short.any():
+        k = int(short.argmax())
+        if k <= 1:
+            return None
+        growth, freed = growth[: k + 1], freed[: k + 1]
+    steps = np.arange(1, k + 1)
+    if absorb:
+        order = np.argsort(left, kind="stable")
+        gone = np.searchsorted(left[order], steps, side="left")  # rows done before step j
+        num_seqs = n - gone
+        suffix = np.zeros(n + 1, dtype=np.int64)
+        suffix[:n] = np.cumsum(c[order][::-1])[::-1]
+        context = suffix[gone] + steps * num_seqs
+    else:
+        num_seqs = np.full(k, n)
+        context = int(c.sum()) + steps * n
+    return DecodeRun(ids, c, nb, left, ids[generated == 0], k, num_seqs, growth, freed, context)
+
+
+def commit_run(policy: Policy, run: DecodeRun, m: int) -> np.ndarray:
+    """Apply the first ``m`` steps of ``run``; returns the ids that finished, in step order."""
+    t, blocks = policy.table, policy.blocks
+    ids, left = run.ids, run.left
+    done_mask = left <= m
+    steps = np.minimum(left, m)
+    # Rows that finished before the last step gave their blocks back along the way.
+    blocks.allocate(int(run.growth[m] - run.freed[m - 1]))
+    held = np.maximum(run.blocks, -(-(run.computed + steps) // blocks.block_size))
+    if run.freed[m - 1]:
+        held[left < m] = 0
+    t.num_blocks[ids] = held
+    t.num_computed[ids] = run.computed + steps
+    t.num_generated[ids] += steps
+    t.num_tokens[ids] += steps
+    if run.first_token.size:
+        t.first_token[run.first_token] = run.starts[1]
     if policy.blocks.prefix_caching:
-        policy._cache_prefixes(ids[t.num_generated[ids] == m])
-    done = ids[t.num_generated[ids] >= t.output_len[ids]]
+        policy._cache_prefixes(run.first_token)
+    done = ids[done_mask]
     if done.size:
+        order = np.argsort(left[done_mask], kind="stable")
+        done = done[order]
+        t.completion[done] = run.starts[left[done_mask][order]]
         policy._finish(done)
     return done
-
-
-def is_pure_decode(plan: BatchPlan) -> bool:
-    return bool(plan.is_decode.all() and plan.samples.all())
-
-
-def still_running(policy: Policy, ids: np.ndarray) -> bool:
-    return bool((policy.table.status[ids] == Status.RUNNING).all())

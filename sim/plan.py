@@ -48,8 +48,17 @@ class BatchPlan:
         """Total tokens in the cache for each row once this step has written its new ones."""
         return self.num_computed + self.num_new_tokens
 
+    @cached_property
+    def is_pure_decode(self) -> bool:
+        """Every row decodes one token on a cached context and samples."""
+        return (self.num_seqs > 0 and int(self.num_new_tokens.max()) == 1
+                and int(self.num_computed.min()) > 0 and bool(self.samples.all()))
+
     def shape(self) -> StepShape:
-        return StepShape.of(self)
+        shape = self.__dict__.get("_shape")
+        if shape is None:
+            shape = self.__dict__["_shape"] = StepShape.of(self)
+        return shape
 
 
 @dataclass(frozen=True)
@@ -68,19 +77,22 @@ class StepShape:
 
     @classmethod
     def of(cls, plan: BatchPlan) -> StepShape:
+        # Integer sums (exact), with decode rows' single token taken out of the totals.
         q = plan.num_new_tokens
         ctx = plan.context_lens
         dec = plan.is_decode
-        pre = ~dec
-        verify = float(plan.spec_tokens * dec.sum())
+        tokens = plan.num_tokens
+        decodes = int(np.count_nonzero(dec))
+        decode_context = int(ctx[dec].sum()) if decodes else 0
+        verify = float(plan.spec_tokens * decodes)
         return cls(
-            num_tokens=float(q.sum()) + verify,
+            num_tokens=float(tokens) + verify,
             num_seqs=float(len(q)),
-            prefill_tokens=float(q[pre].sum()),
-            prefill_attn=float((q[pre] * ctx[pre]).sum()),
-            decode_seqs=float(dec.sum()),
-            decode_context=float(ctx[dec].sum()),
-            num_sampled=float(plan.samples.sum()),
+            prefill_tokens=float(tokens - decodes),
+            prefill_attn=float(int(q @ ctx) - decode_context),
+            decode_seqs=float(decodes),
+            decode_context=float(decode_context),
+            num_sampled=float(np.count_nonzero(plan.samples)),
             verify_tokens=verify,
             swap_tokens=float((plan.swap_in_blocks + plan.swap_out_blocks) * plan.block_size),
         )

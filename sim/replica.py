@@ -15,7 +15,7 @@ import simpy
 from simpy.core import NORMAL
 
 from sim.executor import Executor
-from sim.fastforward import commit_run, decode_horizon, run_shapes
+from sim.fastforward import DecodeRun, commit_run, plan_run
 from sim.plan import BatchPlan
 from sim.policies import Policy
 from sim.requests import RequestTable, Status
@@ -49,23 +49,29 @@ class Replica:
         self.on_remote_rejected = None  # decode role: called with rid when it can never fit
         self._signal = env.event()
         self._listening = False  # idle, or in a decode run that an arrival may cut short
-        self._run: tuple | None = None  # (ends, used) of a decode run under way
+        self._run: DecodeRun | None = None  # the decode run under way
+        self._run_length = 0  # steps it will have done when it ends
+        self._cuttable = False  # whether an arrival may cut it short
+        self._wake: simpy.Event | None = None  # the end of the run under way
         self.clock = None  # execute mode: wall time in simulation seconds (steps last as long)
         self.process = env.process(self.run())
 
     # -- what a router sees ------------------------------------------------------------------
     @property
     def outstanding(self) -> int:
-        p = self.policy
-        return p.queue_len + p.running.size + len(p.transferring)
+        """Requests queued or running right now (mid-way through a decode run too)."""
+        p, run = self.policy, self._run
+        running = p.running.size if run is None else int(run.num_seqs[run.step_at(self.env.now)])
+        return p.queue_len + running + len(p.transferring)
 
     def kv_load(self) -> float:
         """Share of KV blocks in use right now (mid-way through a decode run too)."""
-        used = self.policy.blocks.used - self.policy.blocks.evictable
-        if self._run is not None:
-            ends, grown = self._run
-            used += int(grown[max(0, int(np.searchsorted(ends, self.env.now, side="right")) - 1)])
-        return used / max(self.policy.blocks.num_blocks, 1)
+        blocks, run = self.policy.blocks, self._run
+        used = blocks.used - blocks.evictable
+        if run is not None:
+            j = run.step_at(self.env.now)
+            used += int(run.growth[j + 1] - run.freed[j])
+        return used / max(blocks.num_blocks, 1)
 
     def submit(self, rid: int) -> None:
         self.table.replica[rid] = self.index
@@ -81,6 +87,19 @@ class Replica:
     def notify(self) -> None:
         if self._listening and not self._signal.triggered:
             self._signal.succeed()
+        elif self._run is not None and self._cuttable:
+            self._cut_run()
+
+    def _cut_run(self) -> None:
+        """Something arrived mid-run that may join the batch: end the run at the first step
+        boundary from now, by moving the run's waiting process onto an earlier event."""
+        starts = self._run.starts
+        m = max(1, int(np.searchsorted(starts[:-1], self.env.now, side="left")))
+        if m < self._run_length:
+            self._run_length = m
+            cut = at(self.env, starts[m])
+            cut.callbacks, self._wake.callbacks = self._wake.callbacks, []
+            self._wake = cut
 
     # -- the step loop -----------------------------------------------------------------------
     def run(self):
@@ -97,13 +116,13 @@ class Replica:
                 yield from self._sleep()
                 continue
             start = env.now
+            if self.fast_forward:
+                run = plan_run(policy, plan)
+                if run is not None:  # a pure decode: everyone in it was scheduled before
+                    yield from self._decode_run(run)
+                    continue
             fresh = plan.req_ids[np.isnan(t.first_scheduled[plan.req_ids])]
             t.first_scheduled[fresh] = start
-            if self.fast_forward:
-                k, inc = decode_horizon(policy, plan)
-                if k > 1:
-                    yield from self._decode_run(plan, k, inc)
-                    continue
             used, queued = policy.blocks.used, policy.queue_len
             result = self.executor.run(plan, t)
             duration = result.duration
@@ -136,36 +155,33 @@ class Replica:
             yield signal
         self._listening = False
 
-    def _decode_run(self, plan: BatchPlan, k: int, inc: np.ndarray):
-        """Up to ``k`` identical decode steps as one event, cut short at the first step
-        boundary after an arrival that could join the batch."""
+    def _decode_run(self, run: DecodeRun):
+        """A stretch of pure-decode steps as one event, cut short at the first step boundary
+        after an arrival that could join the batch (see ``notify``)."""
         env, policy = self.env, self.policy
-        start = env.now
-        durations = np.asarray(self.cost.step_time(run_shapes(plan, k)), dtype=np.float64)
-        ends = np.add.accumulate(np.concatenate(([start], durations)))  # ends[j] = start of j
+        run.durations = self.cost.decode_steps(run.num_seqs, run.context)
+        starts = run.starts = np.empty(run.k + 1)
+        starts[0] = env.now
+        starts[1:] = run.durations
+        np.cumsum(starts, out=starts)  # left to right, as stepping adds them
         used, queued = policy.blocks.used, policy.queue_len
-        grown = np.cumsum(inc)
-        self._run = (ends[:k], grown)
-        m = k
-        finish = at(env, ends[k])
-        if policy.arrival_may_join():
-            yield finish | self._listen()
-            self._listening = False
-            if not finish.processed:  # an arrival: finish the step under way, then stop
-                m = max(1, int(np.searchsorted(ends[:k], env.now, side="left")))
-                yield at(env, ends[m])
-        else:
-            yield finish
+        self._run, self._run_length = run, run.k
+        self._cuttable = policy.arrival_may_join()
+        self._wake = at(env, starts[run.k])
+        yield self._wake
+        m = self._run_length
         self._run = None
-        done = commit_run(policy, plan, m, inc, ends[1:])
-        t = self.table
-        t.completion[done] = env.now
+        commit_run(policy, run, m)
         # Requests that queued up during the run (behind a blocked head, or a static batch).
-        joined = t.arrival[list(islice(policy.waiting, queued, None))]
-        n = plan.num_seqs
-        self.log.append(replica=self.index, start=ends[:m], duration=durations[:m], num_seqs=n,
-                        num_tokens=n, prefill_tokens=0, decode_seqs=n, kv_blocks_used=used + grown[:m],
-                        queue_len=queued + np.searchsorted(joined, ends[:m], side="right"))
+        if policy.queue_len > queued:
+            joined = self.table.arrival[list(islice(policy.waiting, queued, None))]
+            queue_len = queued + np.searchsorted(joined, starts[:m], side="right")
+        else:
+            queue_len = queued
+        seqs = run.num_seqs[:m]
+        self.log.append(replica=self.index, start=starts[:m], duration=run.durations[:m], num_seqs=seqs,
+                        num_tokens=seqs, prefill_tokens=0, decode_seqs=seqs,
+                        kv_blocks_used=run.blocks_used(used)[:m], queue_len=queue_len)
 
     def _record(self, plan: BatchPlan, start: float, duration: float, done: np.ndarray,
                 used: int, queued: int) -> None:

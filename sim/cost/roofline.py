@@ -36,6 +36,7 @@ class RooflineCost:
         self.kv_token_gpu = self.kv_token_layer * model.num_layers / pp
         self.expert_parallel = expert_parallel and model.is_moe
         self.draft = draft  # speculative decoding's draft model (same GPU)
+        self._decode_rest_cache: dict[int, float] = {}  # decode_steps' cache: batch size -> seconds
 
         # Per-token coefficients (seconds), so that pricing a step is a handful of mults:
         # an op costs max(compute, memory) = max(f·x, b0 + b1·x) for its size x.
@@ -118,10 +119,37 @@ class RooflineCost:
             np.asarray(s.prefill_tokens) > 0, d.step_time(prefill) - d.overhead, 0.0)
 
     def step_time(self, s: StepShape) -> np.ndarray | float:
+        ops = self.op_times(s)
+        attn_decode = ops.pop("attn_decode")
         total = self.overhead
-        for t in self.op_times(s).values():
+        for t in ops.values():
             total = total + t
+        total = total + attn_decode  # last, so a decode run can price it alone (decode_steps)
         return total if isinstance(total, np.ndarray) else float(total)
+
+    def decode_steps(self, seqs: np.ndarray, context: np.ndarray) -> np.ndarray:
+        """Durations of pure-decode steps of ``seqs[j]`` sequences reading ``context[j]``
+        tokens of KV: everything but decode attention depends on the batch size alone and is
+        priced once per size. Bit-identical to ``step_time`` of each step."""
+        if seqs[0] == seqs[-1]:
+            rest = self._decode_rest(int(seqs[0]))
+        else:
+            sizes, at = np.unique(seqs, return_inverse=True)
+            rest = np.array([self._decode_rest(int(n)) for n in sizes])[at]
+        c = np.asarray(context, dtype=np.float64)
+        f, b = self._decode
+        return rest + np.maximum(c * f, c * b)
+
+    def _decode_rest(self, n: int) -> float:
+        rest = self._decode_rest_cache.get(n)
+        if rest is None:
+            ops = self.op_times(StepShape(float(n), float(n), 0.0, 0.0, float(n), 0.0, float(n)))
+            del ops["attn_decode"]
+            rest = self.overhead
+            for t in ops.values():
+                rest = rest + t
+            rest = self._decode_rest_cache[n] = float(rest)
+        return rest
 
 
 def _max(a, b):

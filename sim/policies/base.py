@@ -79,7 +79,16 @@ class Policy:
         return (plan.num_seqs == self.running.size and plan.preempted.size == 0
                 and not self.prefill_only
                 and not self.spec_k and not self.swapped and plan.swap_in_blocks == 0
-                and bool(plan.samples.all()) and bool(plan.is_decode.all()))
+                and plan.is_pure_decode)
+
+    def completions_change_nothing(self) -> bool:
+        """Would a pure-decode batch just lose its finished rows (nobody waits to take their
+        place, and cached prefixes stay as they are)?"""
+        return not (self.waiting or self.swapped or self.remote_waiting or self.blocks.prefix_caching)
+
+    @property
+    def frees_on_finish(self) -> bool:
+        return not self.keeps_blocks_until_batch_end
 
     def arrival_may_join(self) -> bool:
         """Could a request arriving now (or a KV transfer landing) change the next step?"""

@@ -24,6 +24,9 @@ class StaticBatching(Policy):
     def _watermark_blocks(self) -> int:
         return 0  # memory is reserved whole, so no headroom is needed
 
+    def completions_change_nothing(self) -> bool:
+        return not self.blocks.prefix_caching  # the batch runs on until its last member is done
+
     def arrival_may_join(self) -> bool:
         return False  # nobody joins a running batch
 
