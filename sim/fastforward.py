@@ -58,48 +58,54 @@ def plan_run(policy: Policy, plan: BatchPlan) -> DecodeRun | None:
     ids = plan.req_ids
     generated = t.num_generated[ids]
     left = t.output_len[ids] - generated
+    lefts = left.tolist()  # (Python's min/max/sum beat numpy's reductions on a batch)
     absorb = policy.completions_change_nothing()
-    k = int(left.max() if absorb else left.min())
+    k = max(lefts) if absorb else min(lefts)
     if k <= 1:
         return None
-    n = ids.size
+    n = len(lefts)
     c, nb, bs = plan.num_computed, plan.num_blocks, blocks.block_size
     # Step j writes position c + j - 1; a row's held blocks cover positions below nb·bs, so it
     # takes a new block at steps f, f + bs, ... while it lives (f >= 2: step 1 is allocated).
+    last = np.minimum(left, k)
     f = nb * bs - c + 1
-    grows = f <= np.minimum(left, k)
+    grows = f <= last
     f = f[grows]
-    stop = f + bs * ((np.minimum(left[grows], k) - f) // bs + 1)  # first such step after death
-    rows = -(-(k + 1) // bs) + 1
-    marks = np.bincount(f, minlength=rows * bs) - np.bincount(stop, minlength=rows * bs)
-    step_growth = marks.reshape(rows, bs).cumsum(axis=0).ravel()[: k + 1]
-    growth = np.cumsum(step_growth)
-    freed = np.zeros(k + 1, dtype=np.int64)
-    if absorb and policy.frees_on_finish:
-        done_blocks = np.maximum(nb, -(-(c + left) // bs))
+    stop = f + bs * ((last[grows] - f) // bs + 1)  # the first such step after its last
+    size = (-(-(k + 1) // bs) + 1) * bs
+    marks = np.bincount(f, minlength=size) - np.bincount(stop, minlength=size)
+    growth = np.add.accumulate(marks.reshape(-1, bs).cumsum(axis=0).ravel()[: k + 1])
+    freed = None
+    if absorb and policy.frees_on_finish and min(lefts) < k:
         dies = left < k
-        freed += np.cumsum(np.bincount(left[dies], weights=done_blocks[dies], minlength=k + 1)
-                           .astype(np.int64))
+        done_blocks = np.maximum(nb[dies], -(-(c[dies] + left[dies]) // bs))
+        freed = np.add.accumulate(np.bincount(left[dies], weights=done_blocks, minlength=k + 1)
+                                  .astype(np.int64))
     # The first step whose new blocks do not fit ends the stretch before it.
     # (With prefix caching, only free blocks: taking a cached one would evict mid-stretch.)
     room = blocks.free if blocks.prefix_caching else blocks.available
-    short = growth[1:] - freed[:-1] > room
-    if short.any():
+    if growth[k] > room:
+        short = growth[1:] - (0 if freed is None else freed[:-1]) > room
         k = int(short.argmax())
         if k <= 1:
             return None
-        growth, freed = growth[: k + 1], freed[: k + 1]
+        growth = growth[: k + 1]
+    if freed is None:
+        freed = np.zeros(k + 1, dtype=np.int64)
+    else:
+        freed = freed[: k + 1]
     steps = np.arange(1, k + 1)
-    if absorb:
-        order = np.argsort(left, kind="stable")
-        gone = np.searchsorted(left[order], steps, side="left")  # rows done before step j
+    if absorb and min(lefts) < k:
+        order = left.argsort(kind="stable")
+        gone = left[order].searchsorted(steps, side="left")  # rows done before step j
         num_seqs = n - gone
         suffix = np.zeros(n + 1, dtype=np.int64)
-        suffix[:n] = np.cumsum(c[order][::-1])[::-1]
+        suffix[:n] = np.add.accumulate(c[order][::-1])[::-1]
         context = suffix[gone] + steps * num_seqs
     else:
         num_seqs = np.full(k, n)
-        context = int(c.sum()) + steps * n
+        context = steps * n
+        context += sum(c.tolist())
     return DecodeRun(ids, c, nb, left, ids[generated == 0], k, num_seqs, growth, freed, context)
 
 
@@ -120,12 +126,13 @@ def commit_run(policy: Policy, run: DecodeRun, m: int) -> np.ndarray:
     t.num_tokens[ids] += steps
     if run.first_token.size:
         t.first_token[run.first_token] = run.starts[1]
-    if policy.blocks.prefix_caching:
-        policy._cache_prefixes(run.first_token)
-    done = ids[done_mask]
-    if done.size:
+        if policy.blocks.prefix_caching:
+            policy._cache_prefixes(run.first_token)
+    if np.count_nonzero(done_mask):
+        done = ids[done_mask]
         order = np.argsort(left[done_mask], kind="stable")
         done = done[order]
         t.completion[done] = run.starts[left[done_mask][order]]
         policy._finish(done)
-    return done
+        return done
+    return ids[:0]

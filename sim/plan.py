@@ -36,7 +36,7 @@ class BatchPlan:
 
     @cached_property
     def num_tokens(self) -> int:
-        return int(self.num_new_tokens.sum())
+        return sum(self.num_new_tokens.tolist())  # (faster than a numpy reduction on a batch)
 
     @cached_property
     def is_decode(self) -> np.ndarray:
@@ -49,10 +49,14 @@ class BatchPlan:
         return self.num_computed + self.num_new_tokens
 
     @cached_property
+    def num_decodes(self) -> int:
+        return int(np.count_nonzero(self.is_decode))
+
+    @cached_property
     def is_pure_decode(self) -> bool:
         """Every row decodes one token on a cached context and samples."""
-        return (self.num_seqs > 0 and int(self.num_new_tokens.max()) == 1
-                and int(self.num_computed.min()) > 0 and bool(self.samples.all()))
+        n = self.num_seqs
+        return n > 0 and self.num_decodes == n and int(np.count_nonzero(self.samples)) == n
 
     def shape(self) -> StepShape:
         shape = self.__dict__.get("_shape")
@@ -82,14 +86,14 @@ class StepShape:
         ctx = plan.context_lens
         dec = plan.is_decode
         tokens = plan.num_tokens
-        decodes = int(np.count_nonzero(dec))
-        decode_context = int(ctx[dec].sum()) if decodes else 0
+        decodes = plan.num_decodes
+        decode_context = sum(ctx[dec].tolist())
         verify = float(plan.spec_tokens * decodes)
         return cls(
             num_tokens=float(tokens) + verify,
             num_seqs=float(len(q)),
             prefill_tokens=float(tokens - decodes),
-            prefill_attn=float(int(q @ ctx) - decode_context),
+            prefill_attn=float(int(q @ ctx) - decode_context) if decodes < len(q) else 0.0,
             decode_seqs=float(decodes),
             decode_context=float(decode_context),
             num_sampled=float(np.count_nonzero(plan.samples)),

@@ -54,6 +54,7 @@ class Replica:
         self._cuttable = False  # whether an arrival may cut it short
         self._wake: simpy.Event | None = None  # the end of the run under way
         self.clock = None  # execute mode: wall time in simulation seconds (steps last as long)
+        self.events = 0  # steps and fast-forwarded runs this replica waited on
         self.process = env.process(self.run())
 
     # -- what a router sees ------------------------------------------------------------------
@@ -94,7 +95,7 @@ class Replica:
         """Something arrived mid-run that may join the batch: end the run at the first step
         boundary from now, by moving the run's waiting process onto an earlier event."""
         starts = self._run.starts
-        m = max(1, int(np.searchsorted(starts[:-1], self.env.now, side="left")))
+        m = max(1, int(starts[:-1].searchsorted(self.env.now, side="left")))
         if m < self._run_length:
             self._run_length = m
             cut = at(self.env, starts[m])
@@ -128,6 +129,7 @@ class Replica:
             duration = result.duration
             if self.clock is not None:  # real time: the step took what the wall clock says
                 duration = max(duration, self.clock() - start)
+            self.events += 1
             if self.pipeline is None:
                 yield at(env, start + duration)
             else:
@@ -163,11 +165,12 @@ class Replica:
         starts = run.starts = np.empty(run.k + 1)
         starts[0] = env.now
         starts[1:] = run.durations
-        np.cumsum(starts, out=starts)  # left to right, as stepping adds them
+        np.add.accumulate(starts, out=starts)  # left to right, as stepping adds them
         used, queued = policy.blocks.used, policy.queue_len
         self._run, self._run_length = run, run.k
         self._cuttable = policy.arrival_may_join()
         self._wake = at(env, starts[run.k])
+        self.events += 1
         yield self._wake
         m = self._run_length
         self._run = None
@@ -193,12 +196,11 @@ class Replica:
             sampled = plan.req_ids[plan.samples]
             first = sampled[np.isnan(t.first_token[sampled])]
         t.first_token[first] = now
-        t.completion[done[t.status[done] == Status.FINISHED]] = now
-        decode = plan.is_decode
-        self.log.append(
-            replica=self.index, start=start, duration=duration, num_seqs=plan.num_seqs,
-            num_tokens=plan.num_tokens, prefill_tokens=int(plan.num_new_tokens[~decode].sum()),
-            decode_seqs=int(decode.sum()), kv_blocks_used=used, queue_len=queued)
+        if done.size:
+            t.completion[done[t.status[done] == Status.FINISHED]] = now
+        decodes = plan.num_decodes
+        self.log.append_step(self.index, start, duration, plan.num_seqs, plan.num_tokens,
+                             plan.num_tokens - decodes, decodes, used, queued)
 
 
 class Pipeline:

@@ -28,6 +28,7 @@ class RunResult:
     warnings: list[str] = field(default_factory=list)
     wall_s: float = 0.0
     mode: str = "simulate"
+    events: int = 0  # step (or fast-forwarded run) events the replicas waited on
 
 
 def simulate(scenario: Scenario, *, env: simpy.Environment | None = None,
@@ -48,8 +49,10 @@ def simulate(scenario: Scenario, *, env: simpy.Environment | None = None,
     for replica in cluster.replicas:
         replica.clock = clock
     env.run()
-    return collect(scenario, table, workload, cluster, time.perf_counter() - wall, mode,
-                   [getattr(r, "executor", None) or r.engines[0].executor for r in cluster.replicas])
+    result = collect(scenario, table, workload, cluster, time.perf_counter() - wall, mode,
+                     [getattr(r, "executor", None) or r.engines[0].executor for r in cluster.replicas])
+    result.events = sum(e.events for r in cluster.replicas for e in getattr(r, "engines", [r]))
+    return result
 
 
 def collect(scenario: Scenario, table: RequestTable, workload, cluster: Cluster, wall_s: float,

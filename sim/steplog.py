@@ -22,6 +22,7 @@ class StepLog:
     def __init__(self, capacity: int = 4096):
         self.n = 0
         self.cols = {k: np.empty(capacity, dtype=t) for k, t in COLUMNS.items()}
+        self._reserve(0)
 
     def _reserve(self, extra: int) -> None:
         cap = len(self.cols["start"])
@@ -31,6 +32,8 @@ class StepLog:
                 grown = np.empty(new_cap, dtype=col.dtype)
                 grown[: self.n] = col[: self.n]
                 self.cols[k] = grown
+        self._capacity = len(self.cols["start"])
+        self._order = list(self.cols.values())
 
     def append(self, **values) -> None:
         """One step (scalars) or a run of steps (equal-length arrays)."""
@@ -40,6 +43,15 @@ class StepLog:
         for name, col in self.cols.items():
             col[sl] = values[name]
         self.n += k
+
+    def append_step(self, *row) -> None:
+        """One step, its values in COLUMNS order (the hot path of the step loop)."""
+        if self.n == self._capacity:
+            self._reserve(1)
+        i = self.n
+        for col, value in zip(self._order, row, strict=True):
+            col[i] = value
+        self.n = i + 1
 
     def frame(self) -> pd.DataFrame:
         """All steps, ordered by start time then replica."""

@@ -37,6 +37,7 @@ class RooflineCost:
         self.expert_parallel = expert_parallel and model.is_moe
         self.draft = draft  # speculative decoding's draft model (same GPU)
         self._decode_rest_cache: dict[int, float] = {}  # decode_steps' cache: batch size -> seconds
+        self._decode_rest_table = np.full(1, np.nan)  # the same, as an array indexed by size
 
         # Per-token coefficients (seconds), so that pricing a step is a handful of mults:
         # an op costs max(compute, memory) = max(f·x, b0 + b1·x) for its size x.
@@ -134,8 +135,12 @@ class RooflineCost:
         if seqs[0] == seqs[-1]:
             rest = self._decode_rest(int(seqs[0]))
         else:
-            sizes, at = np.unique(seqs, return_inverse=True)
-            rest = np.array([self._decode_rest(int(n)) for n in sizes])[at]
+            table = self._decode_rest_table
+            if seqs[0] >= len(table) or np.isnan(table[seqs[-1]]) or np.isnan(table[seqs]).any():
+                for n in set(seqs.tolist()):
+                    self._decode_rest(n)
+                table = self._decode_rest_table
+            rest = table[seqs]
         c = np.asarray(context, dtype=np.float64)
         f, b = self._decode
         return rest + np.maximum(c * f, c * b)
@@ -149,6 +154,10 @@ class RooflineCost:
             for t in ops.values():
                 rest = rest + t
             rest = self._decode_rest_cache[n] = float(rest)
+            table = self._decode_rest_table
+            if n >= len(table):
+                table = self._decode_rest_table = np.concatenate([table, np.full(n + 1 - len(table), np.nan)])
+            table[n] = rest
         return rest
 
 

@@ -207,16 +207,19 @@ class Policy:
         t, blocks = self.table, self.blocks
         ahead = self.spec_k  # speculative decodes write k draft tokens' KV too
         while True:
-            need = np.maximum(blocks.blocks_for(t.num_computed[ids] + new + ahead) - t.num_blocks[ids], 0)
-            total = int(need.sum())
+            held = t.num_blocks[ids]
+            need = blocks.blocks_for(t.num_computed[ids] + (new + ahead if ahead else new)) - held
+            np.maximum(need, 0, out=need)
+            total = sum(need.tolist())
             if total <= blocks.available or self.running.size == 0:
                 break
             victim = int(self.running[-1])
             self._preempt(victim)
             keep = ids != victim
             ids, new = ids[keep], new[keep]
-        blocks.allocate(total)
-        t.num_blocks[ids] += need
+        if total:
+            blocks.allocate(total)
+            t.num_blocks[ids] = held + need
         return ids, new
 
     def _preempt(self, rid: int) -> None:
@@ -287,22 +290,22 @@ class Policy:
         """
         t = self.table
         ids = plan.req_ids
-        t.num_computed[ids] += plan.num_new_tokens
+        t.num_computed[ids] = plan.num_computed + plan.num_new_tokens
         sampled = ids[plan.samples]
-        gained = np.ones(sampled.size, dtype=np.int64)
-        if self.spec_k:
-            gained = self._speculate(plan, sampled)
-        t.num_generated[sampled] += gained
+        gained = self._speculate(plan, sampled) if self.spec_k else 1
+        generated = t.num_generated[sampled] + gained
+        t.num_generated[sampled] = generated
         t.num_tokens[sampled] += gained
         if self.blocks.prefix_caching:
-            self._cache_prefixes(sampled[t.num_generated[sampled] == gained])
+            self._cache_prefixes(sampled[generated == gained])
         limit = 1 if self.prefill_only else t.output_len[sampled]
-        done_mask = t.num_generated[sampled] >= limit
+        done_mask = generated >= limit
         if stopped is not None:
             done_mask |= np.asarray(stopped, dtype=bool)[plan.samples]
+        if not np.count_nonzero(done_mask):
+            return _EMPTY
         done = sampled[done_mask]
-        if done.size:
-            self._finish(done)
+        self._finish(done)
         return done
 
     def _speculate(self, plan: BatchPlan, sampled: np.ndarray) -> np.ndarray:

@@ -22,29 +22,33 @@ class ChunkedPrefill(Policy):
         if self.swapped:
             self._swap_in_waiting(cfg.max_num_seqs - self.running.size)
         running = self.running
-        remaining = t.num_tokens[running] - t.num_computed[running]
-        decoding = (remaining == 1) & (t.num_computed[running] > 0)
-        ids, new = self._grow(running[decoding], np.ones(int(decoding.sum()), dtype=np.int64))
+        computed = t.num_computed[running]
+        left = t.num_tokens[running] - computed
+        decoding = (left == 1) & (computed > 0)
+        n_decoding = int(np.count_nonzero(decoding))
+        prefilling = n_decoding < running.size
+        ids, new = self._grow(running[decoding] if prefilling else running, np.ones(n_decoding, dtype=np.int64))
         budget -= ids.size
         ids_l, new_l = ids.tolist(), new.tolist()
 
         # Continue part-done prefills (preemption above may have removed some).
-        running = self.running
-        computed = t.num_computed[running]
-        left = t.num_tokens[running] - computed
-        for rid, done, rest in zip(*(a[(left > 1) | (computed == 0)].tolist()
-                                     for a in (running, computed, left)), strict=False):
-            if budget <= 0:
-                break
-            n = min(rest, budget)
-            need = int(self.blocks.blocks_for(done + n) - t.num_blocks[rid])
-            if need > self.blocks.available:
-                break
-            self.blocks.allocate(need)
-            t.num_blocks[rid] += need
-            ids_l.append(rid)
-            new_l.append(n)
-            budget -= n
+        if prefilling:
+            running = self.running
+            computed = t.num_computed[running]
+            left = t.num_tokens[running] - computed
+            part = (left > 1) | (computed == 0)
+            for rid, done, rest in zip(*(a[part].tolist() for a in (running, computed, left)), strict=True):
+                if budget <= 0:
+                    break
+                n = min(rest, budget)
+                need = int(self.blocks.blocks_for(done + n) - t.num_blocks[rid])
+                if need > self.blocks.available:
+                    break
+                self.blocks.allocate(need)
+                t.num_blocks[rid] += need
+                ids_l.append(rid)
+                new_l.append(n)
+                budget -= n
 
         seq_room = cfg.max_num_seqs - self.running.size
         if budget > 0 and seq_room > 0 and self.waiting and not self._preempted and not self.swapped:

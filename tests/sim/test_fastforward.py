@@ -30,8 +30,21 @@ def test_fast_forward_is_identical_to_stepping(policy, load, replicas):
     pd.testing.assert_frame_equal(stepped.steps, jumped.steps, check_exact=True)
     if load == "pressure" and policy != "static":
         assert stepped.summary["preemptions"] > 0
-    # ... and the jump actually saves events: far fewer SimPy events than steps.
-    assert jumped.summary["steps"] == stepped.summary["steps"]
+    # ... and the jump actually saves events: far fewer waits than steps.
+    assert jumped.summary["steps"] == stepped.summary["steps"] == stepped.events
+    assert jumped.events < stepped.events / 2
+
+
+def test_runs_go_on_through_completions_when_nobody_waits():
+    # One burst of requests, then nothing: once all are prefilled, the batch decodes to the
+    # end in a single run, however many finish along the way.
+    stepped, jumped = both_ways(workload__num_requests=12,
+                                workload__arrival={"process": "constant", "rate": 1000})
+    pd.testing.assert_frame_equal(stepped.requests, jumped.requests, check_exact=True)
+    pd.testing.assert_frame_equal(stepped.steps, jumped.steps, check_exact=True)
+    assert jumped.requests["completion"].nunique() > 5
+    prefill_steps = int((jumped.steps["prefill_tokens"] > 0).sum())
+    assert jumped.events == prefill_steps + 1
 
 
 def test_fast_forward_handles_chunked_prompts_ending_in_a_single_token():
@@ -48,6 +61,10 @@ CLUSTER_CASES = {
     "least-outstanding": {"replicas": 2, "router": {"policy": "least-outstanding"}, **PRESSURE},
     "disaggregated": {"disaggregation": {"prefill": {"count": 1}, "decode": {"count": 2}}, **BURSTY},
     "swap": {"scheduler__preemption": "swap", **PRESSURE},
+    "prefix-caching": {"scheduler__prefix_caching": True, **PRESSURE,
+                       "workload__shared_prefix": {"num_prompts": 6, "length": 400}},
+    "prefix-caching-chunked": {"scheduler__prefix_caching": True, "scheduler__policy": "chunked-prefill",
+                               **PRESSURE, "workload__shared_prefix": {"num_prompts": 6, "length": 400}},
     "heterogeneous": {"replica_groups": [{"count": 1, "hardware": {"gpu": "A100-80GB"}},
                                          {"count": 1, "hardware": {"gpu": "H200"}}],
                       "router": {"policy": "power-of-two"}, **BURSTY},
