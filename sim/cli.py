@@ -55,6 +55,16 @@ def _progress_callback(total: int):
     return bar, on_arrival
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
+    return value
+
+
 def cmd_run(args) -> int:
     from sim.scenario import load_scenario
     from sim.simulate import simulate
@@ -140,8 +150,13 @@ def build_parser() -> argparse.ArgumentParser:
     ls.set_defaults(func=cmd_list)
 
     bench = sub.add_parser("bench", help="measure the simulator's own speed")
-    bench.add_argument("--requests", type=int, default=100_000)
-    bench.add_argument("--policies", nargs="+", default=["continuous", "chunked-prefill"])
+    bench.add_argument("--requests", type=_positive_int, default=100_000, help="requests per run (default 100000)")
+    bench.add_argument("--replicas", type=_positive_int, default=1,
+                       help="replicas per run, each with 10 req/s of traffic (default 1)")
+    bench.add_argument("--policies", nargs="+", default=["continuous", "chunked-prefill"],
+                       choices=["static", "continuous", "chunked-prefill"])
+    bench.add_argument("--cluster", action="store_true",
+                       help="also run 1,000,000 requests over 8 replicas")
     bench.add_argument("--compare-stepping", action="store_true",
                        help="also run step by step (no fast-forward) and print the speed-up")
     bench.add_argument("--scaling", action="store_true",

@@ -86,14 +86,12 @@ def plan_run(policy: Policy, plan: BatchPlan) -> DecodeRun | None:
     room = blocks.free if blocks.prefix_caching else blocks.available
     if growth[k] > room:
         short = growth[1:] - (0 if freed is None else freed[:-1]) > room
-        k = int(short.argmax())
-        if k <= 1:
-            return None
-        growth = growth[: k + 1]
-    if freed is None:
-        freed = np.zeros(k + 1, dtype=np.int64)
-    else:
-        freed = freed[: k + 1]
+        if short.any():
+            k = int(short.argmax())
+            if k <= 1:
+                return None
+            growth = growth[: k + 1]
+    freed = np.zeros(k + 1, dtype=np.int64) if freed is None else freed[: k + 1]
     steps = np.arange(1, k + 1)
     if absorb and min(lefts) < k:
         order = left.argsort(kind="stable")

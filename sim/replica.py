@@ -62,7 +62,12 @@ class Replica:
     def outstanding(self) -> int:
         """Requests queued or running right now (mid-way through a decode run too)."""
         p, run = self.policy, self._run
-        running = p.running.size if run is None else int(run.num_seqs[run.step_at(self.env.now)])
+        if run is None:
+            running = p.running.size
+        elif run.num_seqs[0] == run.num_seqs[-1]:
+            running = int(run.num_seqs[0])
+        else:
+            running = int(run.num_seqs[run.step_at(self.env.now)])
         return p.queue_len + running + len(p.transferring)
 
     def kv_load(self) -> float:

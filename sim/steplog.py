@@ -19,42 +19,63 @@ COLUMNS = {
 
 
 class StepLog:
-    def __init__(self, capacity: int = 4096):
-        self.n = 0
-        self.cols = {k: np.empty(capacity, dtype=t) for k, t in COLUMNS.items()}
-        self._reserve(0)
+    """Steps in fixed-size chunks of numpy columns: appending never copies what is there, so
+    a million-request run does not briefly hold its log twice."""
 
-    def _reserve(self, extra: int) -> None:
-        cap = len(self.cols["start"])
-        if self.n + extra > cap:
-            new_cap = max(2 * cap, self.n + extra)
-            for k, col in self.cols.items():
-                grown = np.empty(new_cap, dtype=col.dtype)
-                grown[: self.n] = col[: self.n]
-                self.cols[k] = grown
-        self._capacity = len(self.cols["start"])
+    def __init__(self, chunk_rows: int = 1 << 18):
+        self.n = 0
+        self.chunk_rows = chunk_rows
+        self._full: list[dict[str, np.ndarray]] = []
+        self._new_chunk()
+
+    def _new_chunk(self) -> None:
+        self.cols = {k: np.empty(self.chunk_rows, dtype=t) for k, t in COLUMNS.items()}
         self._order = list(self.cols.values())
+        self._i = 0  # rows used in the current chunk
 
     def append(self, **values) -> None:
         """One step (scalars) or a run of steps (equal-length arrays)."""
         k = int(np.size(values["start"]))
-        self._reserve(k)
-        sl = slice(self.n, self.n + k)
-        for name, col in self.cols.items():
-            col[sl] = values[name]
+        done = 0
+        while done < k:
+            if self._i == self.chunk_rows:
+                self._full.append(self.cols)
+                self._new_chunk()
+            take = min(k - done, self.chunk_rows - self._i)
+            dst = slice(self._i, self._i + take)
+            for name, col in self.cols.items():
+                v = values[name]
+                col[dst] = v[done:done + take] if np.ndim(v) else v
+            self._i += take
+            done += take
         self.n += k
 
     def append_step(self, *row) -> None:
         """One step, its values in COLUMNS order (the hot path of the step loop)."""
-        if self.n == self._capacity:
-            self._reserve(1)
-        i = self.n
+        if self._i == self.chunk_rows:
+            self._full.append(self.cols)
+            self._new_chunk()
+        i = self._i
         for col, value in zip(self._order, row, strict=True):
             col[i] = value
-        self.n = i + 1
+        self._i = i + 1
+        self.n += 1
 
     def frame(self) -> pd.DataFrame:
-        """All steps, ordered by start time then replica."""
-        cols = {k: v[: self.n] for k, v in self.cols.items()}
-        order = np.lexsort((cols["replica"], cols["start"]))
-        return pd.DataFrame({k: v[order] for k, v in cols.items()})
+        """All steps, ordered by start time then replica. Hands its memory over: the log is
+        empty afterwards."""
+        chunks = [*self._full, {k: v[: self._i] for k, v in self.cols.items()}]
+        self._full = []
+        self._new_chunk()
+        self.n = 0
+        cols = {}
+        for name in COLUMNS:  # one column at a time, dropping the chunks' copies as we go
+            cols[name] = np.concatenate([c.pop(name) for c in chunks])
+        start, replica = cols["start"], cols["replica"]
+        ordered = bool(np.all((start[1:] > start[:-1])
+                              | ((start[1:] == start[:-1]) & (replica[1:] >= replica[:-1]))))
+        if not ordered:
+            order = np.lexsort((replica, start))
+            for name in COLUMNS:
+                cols[name] = cols[name][order]
+        return pd.DataFrame(cols, copy=False)
