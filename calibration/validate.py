@@ -100,6 +100,11 @@ class ScaledCost:
     def step_time(self, shape):
         return self.factor * self.cost.step_time(shape)
 
+    def decode_steps(self, seqs, context):
+        from sim.fastforward import decode_step_times
+
+        return self.factor * decode_step_times(self.cost, seqs, context)
+
     def warnings(self) -> list[str]:
         return self.cost.warnings()
 

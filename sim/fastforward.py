@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.plan import BatchPlan
+from sim.plan import BatchPlan, StepShape
 from sim.policies.base import Policy
 
 
@@ -134,3 +134,13 @@ def commit_run(policy: Policy, run: DecodeRun, m: int) -> np.ndarray:
         policy._finish(done)
         return done
     return ids[:0]
+
+
+def decode_step_times(cost, seqs: np.ndarray, context: np.ndarray) -> np.ndarray:
+    """Durations of a run's steps: the cost model's own ``decode_steps`` when it has one
+    (priced per batch size, see RooflineCost), else its ``step_time`` on the run's shapes."""
+    if hasattr(cost, "decode_steps"):
+        return cost.decode_steps(seqs, context)
+    n = np.asarray(seqs, dtype=np.float64)
+    return np.asarray(cost.step_time(StepShape(n, n, 0.0, 0.0, n, np.asarray(context, dtype=np.float64), n)),
+                      dtype=np.float64)

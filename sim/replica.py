@@ -15,7 +15,7 @@ import simpy
 from simpy.core import NORMAL
 
 from sim.executor import Executor
-from sim.fastforward import DecodeRun, commit_run, plan_run
+from sim.fastforward import DecodeRun, commit_run, decode_step_times, plan_run
 from sim.plan import BatchPlan
 from sim.policies import Policy
 from sim.requests import RequestTable, Status
@@ -166,7 +166,7 @@ class Replica:
         """A stretch of pure-decode steps as one event, cut short at the first step boundary
         after an arrival that could join the batch (see ``notify``)."""
         env, policy = self.env, self.policy
-        run.durations = self.cost.decode_steps(run.num_seqs, run.context)
+        run.durations = decode_step_times(self.cost, run.num_seqs, run.context)
         starts = run.starts = np.empty(run.k + 1)
         starts[0] = env.now
         starts[1:] = run.durations

@@ -105,12 +105,6 @@ class ProfiledCost:
             total = sum(self.op_times(s).values()) + self.overhead
         return total if np.ndim(total) else float(total)
 
-    def decode_steps(self, seqs: np.ndarray, context: np.ndarray) -> np.ndarray:
-        """Durations of pure-decode steps (see RooflineCost.decode_steps)."""
-        n = np.asarray(seqs, dtype=np.float64)
-        shape = StepShape(n, n, 0.0, 0.0, n, np.asarray(context, dtype=np.float64), n)
-        return np.asarray(self.step_time(shape), dtype=np.float64)
-
     def warnings(self) -> list[str]:
         how = {True: "continuing its linear fit", False: "following the roofline's shape"}
         return [f"cost profile extrapolated beyond its measured range ({what}) in {n} step(s), "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
@@ -56,7 +58,11 @@ def test_fast_forward_handles_chunked_prompts_ending_in_a_single_token():
     pd.testing.assert_frame_equal(stepped.requests, jumped.requests, check_exact=True)
 
 
+PROFILE = Path(__file__).resolve().parents[2] / "calibration" / "profiles" / "a100-llama-2-70b-tp2.json"
+
 CLUSTER_CASES = {
+    "profiled-cost": {"model": "llama-2-70b", "hardware": {"gpu": "A100-80GB", "tp": 2},
+                      "cost": {"model": "profile", "profile": str(PROFILE)}, **BURSTY},
     "least-kv-router": {"replicas": 3, "router": {"policy": "least-kv"}, **BURSTY},
     "least-outstanding": {"replicas": 2, "router": {"policy": "least-outstanding"}, **PRESSURE},
     "disaggregated": {"disaggregation": {"prefill": {"count": 1}, "decode": {"count": 2}}, **BURSTY},
