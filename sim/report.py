@@ -40,9 +40,10 @@ def timeline(steps: pd.DataFrame) -> go.Figure:
     fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.06,
                         subplot_titles=("batch size (sequences)", "KV cache used (%)",
                                         "queue length"))
-    for r, (rid, s) in enumerate(steps.groupby("replica")):
-        idx = _thin(s["start"].to_numpy())
-        s = s.iloc[idx]
+    replica = steps["replica"].to_numpy()
+    for r, rid in enumerate(np.unique(replica)):
+        rows = np.flatnonzero(replica == rid)  # thin first: a big run's steps are never copied
+        s = steps.iloc[rows[_thin(rows)]]
         t = s["start"]
         kw = {"legendgroup": f"replica {rid}", "line": {"color": _color(r), "width": 1}}
         fig.add_trace(go.Scatter(x=t, y=s["num_seqs"], name=f"replica {rid}", **kw), row=1, col=1)
