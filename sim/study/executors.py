@@ -103,12 +103,31 @@ class LocalPoolExecutor(Executor):
 
     def _fill(self) -> None:
         if self.alone is None and self.suspects:
-            self.alone = self.suspects.popleft()
-            self.futures[self.pool.submit(self.fn, self.alone)] = self.alone
+            spec = self.suspects.popleft()
+            if not self._hand_over(spec):
+                self.suspects.appendleft(spec)
+                return
+            self.alone = spec
         if self.alone is None:
             while self.backlog and len(self.futures) < self.workers:
                 spec = self.backlog.popleft()
-                self.futures[self.pool.submit(self.fn, spec)] = spec
+                if not self._hand_over(spec):
+                    self.backlog.appendleft(spec)
+                    return
+
+    def _hand_over(self, spec: RunSpec) -> bool:
+        """Give one run to the pool; False when the pool broke since we last looked.
+
+        A worker can die between ``wait`` returning and the next submit. The runs it held
+        are still among our futures and will report ``BrokenProcessPool``; this one waits.
+        """
+        try:
+            self.futures[self.pool.submit(self.fn, spec)] = spec
+        except BrokenProcessPool:
+            if not self.futures:  # nothing left to report the break: start over now
+                self._recover([])
+            return False
+        return True
 
     def next_done(self) -> tuple[RunSpec, dict]:
         while not self.ready:

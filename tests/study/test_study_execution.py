@@ -138,3 +138,46 @@ def test_a_worker_that_dies_is_recorded_and_the_pool_recovers(tmp_path):
     assert (dead["status"] == "error").all()
     assert dead["error"].str.contains("worker process died").all()
     assert (runs[runs["replicas"] != 3]["status"] == "ok").all()
+
+
+class RacyPool:
+    """A pool whose worker dies on ``crash`` keys, noticed by the *next* submit.
+
+    That is the race a real ``ProcessPoolExecutor`` has: ``wait`` hands back a finished run,
+    then the pool breaks before the executor submits the next one, and submit raises.
+    """
+
+    def __init__(self, crash: set[str]):
+        self.crash, self.broken = crash, False
+
+    def submit(self, fn, spec):
+        from concurrent.futures import Future
+        from concurrent.futures.process import BrokenProcessPool
+
+        if self.broken:
+            raise BrokenProcessPool("a child process terminated abruptly")
+        fut = Future()
+        if spec.key in self.crash:
+            self.broken = True
+            fut.set_exception(BrokenProcessPool("a child process terminated abruptly"))
+        else:
+            fut.set_result({"key": spec.key, "status": "ok", "error": None})
+        return fut
+
+    def shutdown(self, wait=True, cancel_futures=False):
+        return None
+
+
+def test_a_pool_that_breaks_between_wait_and_submit_recovers(tmp_path, monkeypatch):
+    plan = make_plan(tmp_path, {"vary": {"grid": {"replicas": [1, 3, 2]}},
+                                "objective": {"kind": "curves", "rates": [5, 10]}})
+    specs = [plan.spec(c, rate) for c in plan.configs for rate in (5.0, 10.0)]
+    deadly = specs[2].key
+    monkeypatch.setattr(LocalPoolExecutor, "_new_pool", lambda self: RacyPool({deadly}))
+    ex = LocalPoolExecutor(2)
+    for spec in specs:
+        ex.submit(spec)
+    got = {spec.key: rec for spec, rec in (ex.next_done() for _ in specs)}
+    assert set(got) == {s.key for s in specs} and ex.in_flight == 0
+    assert {k for k, r in got.items() if r["status"] == "error"} == {deadly}
+    assert "worker process died" in got[deadly]["error"]
