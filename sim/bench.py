@@ -1,8 +1,10 @@
 """``servesim bench``: the simulator's own speed, end to end (load, simulate, write results).
 
 Each configuration runs in a fresh child process, so its peak memory is its own and imports
-count. Figures are simulated requests per wall-second; compare modes by the ratio printed
-from one run (the machines are shared and noisy).
+count. Figures are simulated requests per wall-second; compare loops by the ratio printed
+from one run (the machines are shared and noisy). The compiled loop's first run in a fresh
+checkout also compiles it (numba caches the result beside the source); ``measure`` warms
+that cache first, and the bench prints how long compiling took.
 """
 
 from __future__ import annotations
@@ -21,13 +23,19 @@ RATE_PER_REPLICA = 10  # req/s: Llama-3-8B on one H100 serves this with a few do
 PROFILE = Path(__file__).resolve().parent.parent / "calibration" / "profiles" / "h100-llama-2-70b-tp2.json"
 
 
+# The loops ``servesim bench`` compares: label -> (simulation.loop, simulation.fast_forward).
+MODES = {"compiled": ("compiled", True), "simpy fast-forward": ("simpy", True),
+         "simpy step by step": ("simpy", False)}
+
+
 def bench_scenario(requests: int, replicas: int = 1, policy: str = "continuous",
-                   fast_forward: bool = True) -> list[str]:
+                   mode: str = "compiled") -> list[str]:
     """The embedded default scenario, as ``--set`` overrides: Poisson traffic on H100s."""
+    loop, fast_forward = MODES[mode]
     return ["model=llama-3-8b", "hardware.gpu=H100-SXM", "workload.arrival.process=poisson",
             f"workload.arrival.rate={RATE_PER_REPLICA * replicas}", f"replicas={replicas}",
             f"scheduler.policy={policy}", f"workload.num_requests={requests}",
-            f"simulation.fast_forward={fast_forward}"]
+            f"simulation.loop={loop}", f"simulation.fast_forward={fast_forward}"]
 
 
 @dataclass
@@ -82,28 +90,39 @@ def run_bench(args) -> int:
         table.add_row(policy, f"{n:,}", str(replicas), label, f"{m.steps:,}", f"{m.events / n:.2f}",
                       f"{m.wall_s:.2f}", f"{n / m.wall_s:,.0f}", f"{n / m.simulate_s:,.0f}", f"{m.peak_mb:.0f}")
 
-    modes = [("fast-forward", True)] + ([("step by step", False)] if args.compare_stepping else [])
+    warm_s = None
+    if args.loop != "simpy":  # compile (or load the cached build) before anything is timed
+        warm_s = measure(bench_scenario(100, mode="compiled")).wall_s
+    modes = ["compiled", "simpy fast-forward"] + (["simpy step by step"] if args.compare_stepping else [])
+    if args.loop != "both":
+        modes = [m for m in modes if m.startswith(args.loop)]
     for policy in args.policies:
         rates = {}
-        for label, ff in modes:
-            m = measure(bench_scenario(args.requests, args.replicas, policy, ff))
-            rates[label] = args.requests / m.wall_s
-            row(policy, args.requests, args.replicas, label, m)
-        if len(rates) == 2:
-            table.add_row(policy, "", "", "speed-up", "", "", "",
-                          f"×{rates['fast-forward'] / rates['step by step']:.2f}", "", "")
+        for mode in modes:
+            m = measure(bench_scenario(args.requests, args.replicas, policy, mode))
+            rates[mode] = args.requests / m.wall_s
+            row(policy, args.requests, args.replicas, mode, m)
+        for fast, slow in (("compiled", "simpy fast-forward"), ("simpy fast-forward", "simpy step by step")):
+            if fast in rates and slow in rates:
+                table.add_row(policy, "", "", f"{fast} / {slow}", "", "", "",
+                              f"×{rates[fast] / rates[slow]:.2f}", "", "")
     if args.cluster:
         n, replicas = 1_000_000, 8
-        row("continuous", n, replicas, "fast-forward", measure(bench_scenario(n, replicas)))
+        for mode in [m for m in modes if m != "simpy step by step"]:
+            row("continuous", n, replicas, mode, measure(bench_scenario(n, replicas, mode=mode)))
     console.print(table)
     if args.scaling:
+        mode = "compiled" if args.loop != "simpy" else "simpy fast-forward"
         curve = Table("requests", "wall s (end to end)", "µs per request", "events / request", "peak MB",
-                      title="cost per simulated request (continuous, fast-forward, 1 replica)")
+                      title=f"cost per simulated request (continuous, {mode}, 1 replica)")
         for n in (10_000, 100_000, 1_000_000):
-            m = measure(bench_scenario(n))
+            m = measure(bench_scenario(n, mode=mode))
             curve.add_row(f"{n:,}", f"{m.wall_s:.1f}", f"{m.wall_s / n * 1e6:.0f}", f"{m.events / n:.2f}",
                           f"{m.peak_mb:.0f}")
         console.print(curve)
+    if warm_s is not None:
+        console.print(f"warm-up: 100 requests on the compiled loop took {warm_s:.1f} s end to end "
+                      "(in a fresh checkout that includes compiling it; later runs load the cached build)")
     console.print(f"profile load ({PROFILE.name}): {_profile_load_s() * 1000:.1f} ms; "
                   "the roofline model needs no profiling or training step")
     console.print(f"scenario: the embedded default (Llama-3-8B on H100s), Poisson at {RATE_PER_REPLICA} req/s "

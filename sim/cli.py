@@ -158,7 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--cluster", action="store_true",
                        help="also run 1,000,000 requests over 8 replicas")
     bench.add_argument("--compare-stepping", action="store_true",
-                       help="also run step by step (no fast-forward) and print the speed-up")
+                       help="also run the SimPy loop step by step (no fast-forward) and print the speed-up")
+    bench.add_argument("--loop", choices=["both", "compiled", "simpy"], default="both",
+                       help="which simulation loops to measure (default both, side by side)")
     bench.add_argument("--scaling", action="store_true",
                        help="print the cost per request from 10k to 1M requests")
     bench.set_defaults(func=cmd_bench)

@@ -178,7 +178,10 @@ class Cost(Strict):
 
 
 class Simulation(Strict):
-    fast_forward: bool = True  # jump over decode steps where nothing changes
+    # auto: the compiled loop where it applies (sim/compiled), else SimPy; both give identical
+    # results. simpy: always the reference loop. compiled: an error says what it cannot run.
+    loop: Literal["auto", "simpy", "compiled"] = "auto"
+    fast_forward: bool = True  # SimPy loop: jump over decode steps where nothing changes
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import simpy
 
 from sim.cluster import Cluster
 from sim.cost import CostModelExecutor, make_cost_model
+from sim.errors import ScenarioError
 from sim.executor import Executor
 from sim.metrics import requests_frame, summarize
 from sim.requests import RequestTable
@@ -29,6 +30,7 @@ class RunResult:
     wall_s: float = 0.0
     mode: str = "simulate"
     events: int = 0  # step (or fast-forwarded run) events the replicas waited on
+    loop: str = "simpy"  # which loop ran it: simpy or compiled
 
 
 def simulate(scenario: Scenario, *, env: simpy.Environment | None = None,
@@ -40,6 +42,15 @@ def simulate(scenario: Scenario, *, env: simpy.Environment | None = None,
     wall = time.perf_counter()
     workload = workload if workload is not None else build_workload(scenario)
     table = RequestTable.from_workload(workload)
+    if env is None and executor_factory is None and clock is None and _compiled_loop(scenario, table):
+        from sim.compiled import run_compiled
+
+        steps, n = run_compiled(scenario, table)
+        if progress is not None:
+            progress(table.n - 1)
+        result = collect(scenario, table, workload, steps, time.perf_counter() - wall, mode)
+        result.events, result.loop = n, "compiled"
+        return result
     if executor_factory is None:
         costs = [make_cost_model(scenario, spec) for spec in scenario.replica_specs]
         executor_factory = lambda i: CostModelExecutor(costs[i])  # noqa: E731
@@ -49,17 +60,30 @@ def simulate(scenario: Scenario, *, env: simpy.Environment | None = None,
     for replica in cluster.replicas:
         replica.clock = clock
     env.run()
-    result = collect(scenario, table, workload, cluster, time.perf_counter() - wall, mode,
+    result = collect(scenario, table, workload, cluster.log.frame(), time.perf_counter() - wall, mode,
                      [getattr(r, "executor", None) or r.engines[0].executor for r in cluster.replicas])
     result.events = sum(e.events for r in cluster.replicas for e in getattr(r, "engines", [r]))
     return result
 
 
-def collect(scenario: Scenario, table: RequestTable, workload, cluster: Cluster, wall_s: float,
+def _compiled_loop(scenario: Scenario, table: RequestTable) -> bool:
+    """Whether ``simulation.loop`` (and what the scenario needs) sends it to the compiled loop."""
+    loop = scenario.simulation.loop
+    if loop == "simpy":
+        return False
+    from sim.compiled import unsupported
+
+    why = unsupported(scenario, table)
+    if why is not None and loop == "compiled":
+        raise ScenarioError(f"scenario {scenario.name!r}", "simulation.loop",
+                            f"the compiled loop cannot run it: {why}; use loop: auto or simpy")
+    return why is None
+
+
+def collect(scenario: Scenario, table: RequestTable, workload, steps: pd.DataFrame, wall_s: float,
             mode: str, executors=()) -> RunResult:
     costs = list({id(c): c for c in (getattr(e, "cost", None) for e in executors) if c}.values())
     requests = requests_frame(table, scenario.slo, workload)
-    steps = cluster.log.frame()
     capacity = np.array([r.memory.num_blocks for r in scenario.replica_specs], dtype=float)
     steps["kv_utilization"] = steps["kv_blocks_used"] / capacity[steps["replica"].to_numpy()]
     summary = summarize(requests, steps, num_gpus=scenario.num_gpus)

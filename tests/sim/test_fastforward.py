@@ -17,8 +17,8 @@ BURSTY = {"workload__arrival": {"process": "gamma", "rate": 15, "cv": 3.0}}
 
 
 def both_ways(**fields):
-    stepped = simulate(scenario(simulation={"fast_forward": False}, **fields))
-    jumped = simulate(scenario(simulation={"fast_forward": True}, **fields))
+    stepped = simulate(scenario(simulation={"fast_forward": False, "loop": "simpy"}, **fields))
+    jumped = simulate(scenario(simulation={"fast_forward": True, "loop": "simpy"}, **fields))
     return stepped, jumped
 
 

@@ -1,0 +1,116 @@
+"""The compiled loop gives exactly the results of the SimPy loop, or hands the scenario back."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from sim.errors import ScenarioError
+from sim.simulate import simulate
+from tests.sim.helpers import scenario
+
+PRESSURE = {"hardware__memory_utilization": 0.235,
+            "workload__arrival": {"process": "poisson", "rate": 40},
+            "workload__output_len": {"dist": "uniform", "min": 100, "max": 700}}
+BURSTY = {"workload__arrival": {"process": "gamma", "rate": 15, "cv": 3.0}}
+LOADS = {"light": {}, "pressure": PRESSURE, "bursty": BURSTY}
+
+
+def both_loops(**fields):
+    reference = simulate(scenario(simulation={"loop": "simpy"}, **fields))
+    compiled = simulate(scenario(simulation={"loop": "compiled"}, **fields))
+    assert reference.loop == "simpy" and compiled.loop == "compiled"
+    return reference, compiled
+
+
+def assert_identical(reference, compiled):
+    pd.testing.assert_frame_equal(reference.requests, compiled.requests, check_exact=True)
+    pd.testing.assert_frame_equal(reference.steps, compiled.steps, check_exact=True)
+    assert reference.summary == compiled.summary
+
+
+@pytest.mark.parametrize("policy", ["continuous", "chunked-prefill"])
+@pytest.mark.parametrize("load", LOADS)
+@pytest.mark.parametrize("replicas", [1, 3])
+def test_compiled_loop_is_identical_to_simpy(policy, load, replicas):
+    reference, compiled = both_loops(scheduler__policy=policy, replicas=replicas, **LOADS[load])
+    assert_identical(reference, compiled)
+    if load == "pressure":
+        assert compiled.summary["preemptions"] > 0
+    assert compiled.events == compiled.summary["steps"]
+
+
+CASES = {
+    "least-outstanding": {"replicas": 3, "router": {"policy": "least-outstanding"}, **PRESSURE},
+    "least-kv-chunked": {"replicas": 3, "router": {"policy": "least-kv"},
+                         "scheduler__policy": "chunked-prefill", **BURSTY},
+    "heterogeneous": {"replica_groups": [
+        {"count": 1, "hardware": {"gpu": "A100-80GB"}},
+        {"count": 2, "hardware": {"gpu": "H200", "tp": 2},
+         "scheduler": {"policy": "chunked-prefill", "chunk_size": 256}}],
+        "router": {"policy": "least-outstanding"}, **PRESSURE},
+    "tensor-parallel-fp8": {"model": "llama-3-70b", "hardware": {"gpu": "H100-SXM", "tp": 4},
+                            "quantization": {"weights": "fp8", "kv_cache": "fp8"}, **BURSTY},
+    # A burst: everyone arrives within a step, ties between arrivals and wake-ups.
+    "burst": {"workload__num_requests": 60, "workload__arrival": {"process": "constant", "rate": 5000}},
+    # prompt = chunk + 1: the last prompt token looks like a decode and samples the first token.
+    "chunk-plus-one": {"scheduler__policy": "chunked-prefill", "scheduler__chunk_size": 256,
+                       "scheduler__max_num_seqs": 64, "workload__prompt_len": {"dist": "fixed", "value": 257},
+                       "workload__arrival": {"process": "poisson", "rate": 2}},
+    # Requests that can never run are rejected, for each reason.
+    "batch-tokens": {"scheduler__max_batched_tokens": 512,
+                     "workload__prompt_len": {"dist": "uniform", "min": 16, "max": 900}, **PRESSURE},
+    "kv-capacity": {"hardware__kv_blocks": 30, "workload__prompt_len": {"dist": "uniform", "min": 16, "max": 900}},
+    "too-long": {"workload__prompt_len": {"dist": "uniform", "min": 4000, "max": 9000},
+                 "workload__num_requests": 40},
+    "few-seats": {"scheduler__max_num_seqs": 4, "scheduler__watermark": 0.2, **PRESSURE},
+    "classes": {"workload": {"num_requests": 200, "classes": [
+        {"name": "chat", "slo": {"ttft_s": 0.5}, "arrival": {"process": "poisson", "rate": 14},
+         "prompt_len": {"dist": "uniform", "min": 16, "max": 300},
+         "output_len": {"dist": "uniform", "min": 1, "max": 100}},
+        {"name": "batch", "arrival": {"process": "poisson", "rate": 6},
+         "prompt_len": {"dist": "uniform", "min": 500, "max": 2000},
+         "output_len": {"dist": "uniform", "min": 50, "max": 300}}]}},
+}
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_compiled_loop_is_identical_in_harder_cases(case):
+    reference, compiled = both_loops(**CASES[case])
+    assert_identical(reference, compiled)
+
+
+def test_rejection_reasons_are_all_exercised():
+    reasons = set()
+    for case in ("batch-tokens", "kv-capacity", "too-long"):
+        _, compiled = both_loops(**CASES[case])
+        reasons |= set(compiled.requests["reject_reason"]) - {""}
+    assert len(reasons) == 3, reasons
+
+
+@pytest.mark.parametrize("fields, why", [
+    ({"scheduler__policy": "static"}, "static"),
+    ({"scheduler__prefix_caching": True}, "prefix_caching"),
+    ({"scheduler__preemption": "swap"}, "swap"),
+    ({"router": {"policy": "power-of-two"}, "replicas": 2}, "power-of-two"),
+    ({"disaggregation": {"prefill": {"count": 1}, "decode": {"count": 1}}}, "disaggregated"),
+    ({"model": "llama-3-70b", "hardware": {"gpu": "H100-SXM", "tp": 2, "pp": 2}}, "pp"),
+])
+def test_what_the_compiled_loop_cannot_run_goes_to_simpy(fields, why):
+    assert simulate(scenario(workload__num_requests=20, **fields)).loop == "simpy"  # auto
+    with pytest.raises(ScenarioError, match=why) as err:
+        simulate(scenario(workload__num_requests=20, simulation={"loop": "compiled"}, **fields))
+    assert err.value.field == "simulation.loop"
+
+
+def test_auto_picks_the_compiled_loop_and_is_deterministic():
+    a = simulate(scenario(**PRESSURE))
+    b = simulate(scenario(**PRESSURE))
+    assert a.loop == "compiled"
+    assert_identical(a, b)
+
+
+def test_classes_with_priorities_go_to_simpy():
+    classes = [dict(c, priority=i) for i, c in enumerate(CASES["classes"]["workload"]["classes"])]
+    r = simulate(scenario(workload={"num_requests": 100, "classes": classes}))
+    assert r.loop == "simpy"
