@@ -120,6 +120,7 @@ class RooflineCost:
             np.asarray(s.prefill_tokens) > 0, d.step_time(prefill) - d.overhead, 0.0)
 
     def step_time(self, s: StepShape) -> np.ndarray | float:
+        # sim/compiled/kernel.py's step_time adds the same terms in the same order.
         ops = self.op_times(s)
         attn_decode = ops.pop("attn_decode")
         total = self.overhead

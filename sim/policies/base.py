@@ -3,6 +3,8 @@
 A policy is pure logic with no clock: ``schedule(now)`` turns the request table and the
 queues into a BatchPlan (``now`` only matters for batching timeouts), and ``commit`` applies
 the step's outcome. The simulator and the real engine drive the very same objects.
+(sim/compiled/kernel.py mirrors continuous batching and chunked prefill for the compiled
+loop; tests/sim/test_compiled.py fails if the two ever differ.)
 """
 
 from __future__ import annotations

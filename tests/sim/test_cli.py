@@ -83,3 +83,22 @@ def test_error_messages_keep_square_brackets(tmp_path, capsys):
     assert main(["run", str(tmp_path / "s.yaml")]) == 2
     err = capsys.readouterr().err
     assert "workload.classes[1].bogus" in err  # rich would eat "[1]" as markup if unescaped
+
+
+def test_bench_prints_both_loops_and_their_ratio():
+    env = {**os.environ, "COLUMNS": "200"}
+    p = subprocess.run([sys.executable, "-m", "sim.cli", "bench", "--requests", "300",
+                        "--policies", "continuous", "--compare-stepping"],
+                       capture_output=True, text=True, env=env, timeout=600)
+    assert p.returncode == 0, p.stderr
+    for label in ("compiled", "simpy fast-forward", "simpy step by step",
+                  "compiled / simpy fast-forward", "simpy fast-forward / simpy step by step"):
+        assert label in p.stdout, label
+    assert p.stdout.count("×") == 2 and "warm-up" in p.stdout
+
+
+def test_run_with_a_loop_that_cannot_run_the_scenario_exits_2(tmp_path, capsys):
+    code = main(["run", "--out", str(tmp_path), "--set", "workload.num_requests=20", "--set",
+                 "scheduler.policy=static", "--set", "simulation.loop=compiled"])
+    err = capsys.readouterr().err
+    assert code == 2 and "simulation.loop" in err and "static" in err and "Traceback" not in err
