@@ -80,6 +80,9 @@ def cmd_run(args) -> int:
         prof = cProfile.Profile()
         result = prof.runcall(simulate, scenario, workload=workload)
         pstats.Stats(prof, stream=sys.stdout).sort_stats("tottime").print_stats(25)
+        if result.loop == "compiled":
+            console.print(f"The compiled loop ran it: its {result.events:,} steps run inside "
+                          "simulate_kernel above; --set simulation.loop=simpy profiles the Python step loop.")
     elif bar is not None:
         with bar:
             result = simulate(scenario, progress=cb, workload=workload)

@@ -33,6 +33,7 @@ def write_results(result, out_dir: str | Path, fmt: str = "parquet") -> dict[str
     summary = {
         "scenario": result.scenario.name,
         "mode": result.mode,
+        "loop": result.loop,  # which simulation loop ran it (identical results either way)
         "wall_s": result.wall_s,
         "summary": _clean(result.summary),
         "warnings": result.warnings,
