@@ -45,9 +45,7 @@ def simulate(scenario: Scenario, *, env: simpy.Environment | None = None,
     if env is None and executor_factory is None and clock is None and _compiled_loop(scenario, table):
         from sim.compiled import run_compiled
 
-        steps, n = run_compiled(scenario, table)
-        if progress is not None:
-            progress(table.n - 1)
+        steps, n = run_compiled(scenario, table, progress)
         result = collect(scenario, table, workload, steps, time.perf_counter() - wall, mode)
         result.events, result.loop = n, "compiled"
         return result

@@ -11,6 +11,7 @@ real engine) runs in SimPy. ``simulation.loop`` picks: ``auto`` (compiled where 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -136,9 +137,11 @@ class LoopState:
                    listening=np.zeros(R, dtype=np.bool_), clock_i=ints(6), clock_f=np.zeros(2))
 
 
-def run_compiled(scenario, table: RequestTable) -> tuple[pd.DataFrame, int]:
+def run_compiled(scenario, table: RequestTable, progress: Callable[[int], None] | None = None
+                 ) -> tuple[pd.DataFrame, int]:
     """Simulate every request of ``table`` (mutated in place, as the SimPy loop does).
-    Returns the step log, ordered as StepLog.frame orders it, and the number of steps."""
+    Returns the step log, ordered as StepLog.frame orders it, and the number of steps.
+    ``progress`` hears the last request that has arrived, every LOG_CHUNK_ROWS steps."""
     from sim.compiled.kernel import simulate_kernel
 
     ip, fp = _replica_parameters(scenario)
@@ -156,6 +159,8 @@ def run_compiled(scenario, table: RequestTable) -> tuple[pd.DataFrame, int]:
             ROUTERS[scenario.router.policy], *state.arrays(), log_i, log_f)
         chunks_i.append(log_i[:rows])
         chunks_f.append(log_f[:rows])
+        if progress is not None:
+            progress(t.n - 1 if finished else int(state.clock_i[2]) - 1)
     ints = iter(range(7))
     cols = {}
     for name, dtype in COLUMNS.items():
