@@ -97,6 +97,11 @@ def finish_run(result, out: str, fmt: str, verb: str) -> int:
 
     paths = write_results(result, out, fmt)
     print_summary(result)
+    if result.loop == "compiled":
+        from sim.compiled import compiled_this_process
+
+        if compiled_this_process():
+            console.print("(this run compiled the simulation loop first; later runs load the cached build)")
     console.print(f"{verb} {len(result.requests)} requests in {result.wall_s:.2f} s wall; "
                   f"results in {Path(out).resolve()} ({', '.join(p.name for p in paths.values())})")
     return 0

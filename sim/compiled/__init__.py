@@ -174,6 +174,13 @@ def run_compiled(scenario, table: RequestTable, progress: Callable[[int], None] 
     return _ordered(cols), len(cols["start"])
 
 
+def compiled_this_process() -> bool:
+    """Whether this process had to compile the loop (no usable cached build)."""
+    from sim.compiled.kernel import simulate_kernel
+
+    return sum(simulate_kernel.stats.cache_misses.values()) > 0
+
+
 def _ordered(cols: dict[str, np.ndarray]) -> pd.DataFrame:
     """By start time then replica (steps are logged as they end, so replicas interleave)."""
     start, replica = cols["start"], cols["replica"]
