@@ -71,11 +71,17 @@ class StepLog:
         cols = {}
         for name in COLUMNS:  # one column at a time, dropping the chunks' copies as we go
             cols[name] = np.concatenate([c.pop(name) for c in chunks])
-        start, replica = cols["start"], cols["replica"]
-        ordered = bool(np.all((start[1:] > start[:-1])
-                              | ((start[1:] == start[:-1]) & (replica[1:] >= replica[:-1]))))
-        if not ordered:
-            order = np.lexsort((replica, start))
-            for name in COLUMNS:
-                cols[name] = cols[name][order]
-        return pd.DataFrame(cols, copy=False)
+        return ordered_frame(cols)
+
+
+def ordered_frame(cols: dict[str, np.ndarray]) -> pd.DataFrame:
+    """The step columns as a frame ordered by start time, then replica (steps are logged as
+    they end, so replicas interleave); no copy when they are in order already."""
+    start, replica = cols["start"], cols["replica"]
+    ordered = bool(np.all((start[1:] > start[:-1])
+                          | ((start[1:] == start[:-1]) & (replica[1:] >= replica[:-1]))))
+    if not ordered:
+        order = np.lexsort((replica, start))
+        for name in COLUMNS:
+            cols[name] = cols[name][order]
+    return pd.DataFrame(cols, copy=False)

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from sim.requests import RequestTable
-from sim.steplog import COLUMNS
+from sim.steplog import COLUMNS, ordered_frame
 
 LOG_CHUNK_ROWS = 1 << 18
 ROUTERS = {"round-robin": 0, "least-outstanding": 1, "least-kv": 2}
@@ -171,7 +171,7 @@ def run_compiled(scenario, table: RequestTable, progress: Callable[[int], None] 
             j = next(ints)
             cols[name] = np.concatenate([c[:, j] for c in chunks_i]).astype(dtype, copy=False)
     del chunks_i, chunks_f
-    return _ordered(cols), len(cols["start"])
+    return ordered_frame(cols), len(cols["start"])
 
 
 def compiled_this_process() -> bool:
@@ -180,13 +180,3 @@ def compiled_this_process() -> bool:
 
     return sum(simulate_kernel.stats.cache_misses.values()) > 0
 
-
-def _ordered(cols: dict[str, np.ndarray]) -> pd.DataFrame:
-    """By start time then replica (steps are logged as they end, so replicas interleave)."""
-    start, replica = cols["start"], cols["replica"]
-    if start.size > 1 and not bool(np.all((start[1:] > start[:-1])
-                                          | ((start[1:] == start[:-1]) & (replica[1:] >= replica[:-1])))):
-        order = np.lexsort((replica, start))
-        for name in COLUMNS:
-            cols[name] = cols[name][order]
-    return pd.DataFrame(cols, copy=False)
