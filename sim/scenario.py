@@ -51,6 +51,14 @@ class Quantization(Strict):
     kv_cache: KvDtype | None = None
 
 
+def _catalog_name(lookup, name: str) -> str:
+    """A catalog entry's canonical name; an unknown one fails validation with the catalog's message."""
+    try:
+        return lookup(name).name
+    except KeyError as e:
+        raise ValueError(e.args[0]) from None
+
+
 class Hardware(Strict):
     gpu: str = "H100-SXM"
     tp: PositiveInt = 1
@@ -64,10 +72,7 @@ class Hardware(Strict):
     @field_validator("gpu")
     @classmethod
     def _known_gpu(cls, v: str) -> str:
-        try:
-            return get_gpu(v).name
-        except KeyError as e:
-            raise ValueError(e.args[0]) from None
+        return _catalog_name(get_gpu, v)
 
     @property
     def num_gpus(self) -> int:
@@ -86,10 +91,7 @@ class Speculative(Strict):
     @field_validator("draft_model")
     @classmethod
     def _known_model(cls, v: str) -> str:
-        try:
-            return get_model(v).name
-        except KeyError as e:
-            raise ValueError(e.args[0]) from None
+        return _catalog_name(get_model, v)
 
 
 class Scheduler(Strict):
@@ -221,10 +223,7 @@ class Scenario(Strict):
     @classmethod
     def _known_model(cls, v):
         if isinstance(v, str):
-            try:
-                get_model(v)
-            except KeyError as e:
-                raise ValueError(e.args[0]) from None
+            _catalog_name(get_model, v)
         return v
 
     @model_validator(mode="after")

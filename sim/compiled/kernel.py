@@ -115,7 +115,6 @@ def _decodes(r, chunked, running, nrun, num_tokens, num_computed, num_blocks, st
             if p_ids[r, i] != victim:
                 p_ids[r, k] = p_ids[r, i]
                 p_new[r, k] = p_new[r, i]
-                need[k] = need[i]
                 k += 1
         pn = k
     if total:
