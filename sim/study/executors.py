@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -63,6 +64,15 @@ class SerialExecutor(Executor):
         return len(self.queue)
 
 
+def _ignore_interrupts() -> None:
+    """Workers leave Ctrl-C to the parent, which stops them and keeps the finished runs.
+
+    A terminal sends SIGINT to the whole process group; an idle worker would otherwise die
+    printing a KeyboardInterrupt traceback from inside the pool's queue.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _crashed(spec: RunSpec, why: str) -> dict:
     return {"key": spec.key, "status": "error", "error": why, "summary": {}, "warnings": [],
             "wall_s": 0.0}
@@ -92,7 +102,7 @@ class LocalPoolExecutor(Executor):
         ctx = mp.get_context(method)
         if method == "forkserver":
             ctx.set_forkserver_preload(["sim.study.worker"])
-        return ProcessPoolExecutor(self.workers, mp_context=ctx)
+        return ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=_ignore_interrupts)
 
     def submit(self, spec: RunSpec) -> None:
         self.backlog.append(spec)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import yaml
@@ -57,3 +58,9 @@ def crash_on_replicas_3(spec: RunSpec) -> dict:
     if spec.data.get("replicas") == 3:
         os._exit(17)
     return execute_run(spec)
+
+
+def report_sigint_handler(spec: RunSpec) -> dict:
+    """A run function that reports how its worker process handles Ctrl-C (SIGINT)."""
+    ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    return {"key": spec.key, "status": "ok", "error": None, "sigint_ignored": ignored}

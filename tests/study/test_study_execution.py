@@ -14,7 +14,7 @@ from sim.study.plan import plan_study
 from sim.study.schema import load_study
 from sim.study.store import RunStore
 
-from .helpers import SMALL, crash_on_replicas_3, write_study
+from .helpers import SMALL, crash_on_replicas_3, report_sigint_handler, write_study
 
 STUDY = {
     "vary": {"grid": {"scheduler.policy": ["continuous", "chunked-prefill"],
@@ -138,6 +138,16 @@ def test_a_worker_that_dies_is_recorded_and_the_pool_recovers(tmp_path):
     assert (dead["status"] == "error").all()
     assert dead["error"].str.contains("worker process died").all()
     assert (runs[runs["replicas"] != 3]["status"] == "ok").all()
+
+
+def test_pool_workers_leave_ctrl_c_to_the_parent(tmp_path):
+    """A terminal's Ctrl-C reaches every worker; they ignore it, the parent stops them."""
+    plan = make_plan(tmp_path)
+    with LocalPoolExecutor(2, fn=report_sigint_handler) as ex:
+        for config in plan.configs[:2]:
+            ex.submit(plan.spec(config, 5.0))
+        records = [ex.next_done()[1] for _ in range(2)]
+    assert all(rec["sigint_ignored"] for rec in records)
 
 
 class RacyPool:
