@@ -19,8 +19,13 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-RATE_PER_REPLICA = 10  # req/s: Llama-3-8B on one H100 serves this with a few dozen running
 PROFILE = Path(__file__).resolve().parent.parent / "calibration" / "profiles" / "h100-llama-2-70b-tp2.json"
+# What ``--cost`` prices with, as overrides of the default scenario, and the traffic per
+# replica it serves below saturation (req/s).
+COSTS = {
+    "roofline": (["model=llama-3-8b"], 10),
+    "profile": (["model=llama-2-70b", "hardware.tp=2", "cost.model=profile", f"cost.profile={PROFILE}"], 1.2),
+}
 
 
 # The loops ``servesim bench`` compares: label -> (simulation.loop, simulation.fast_forward).
@@ -29,11 +34,13 @@ MODES = {"compiled": ("compiled", True), "simpy fast-forward": ("simpy", True),
 
 
 def bench_scenario(requests: int, replicas: int = 1, policy: str = "continuous",
-                   mode: str = "compiled") -> list[str]:
-    """The embedded default scenario, as ``--set`` overrides: Poisson traffic on H100s."""
+                   mode: str = "compiled", cost: str = "roofline") -> list[str]:
+    """The embedded default scenario, as ``--set`` overrides: Poisson traffic on H100s,
+    Llama-3-8B priced by the roofline or Llama-2-70B (TP 2) by the shipped H100 profile."""
     loop, fast_forward = MODES[mode]
-    return ["model=llama-3-8b", "hardware.gpu=H100-SXM", "workload.arrival.process=poisson",
-            f"workload.arrival.rate={RATE_PER_REPLICA * replicas}", f"replicas={replicas}",
+    overrides, rate = COSTS[cost]
+    return [*overrides, "hardware.gpu=H100-SXM", "workload.arrival.process=poisson",
+            f"workload.arrival.rate={rate * replicas}", f"replicas={replicas}",
             f"scheduler.policy={policy}", f"workload.num_requests={requests}",
             f"simulation.loop={loop}", f"simulation.fast_forward={fast_forward}"]
 
@@ -99,7 +106,7 @@ def run_bench(args) -> int:
     for policy in args.policies:
         rates = {}
         for mode in modes:
-            m = measure(bench_scenario(args.requests, args.replicas, policy, mode))
+            m = measure(bench_scenario(args.requests, args.replicas, policy, mode, args.cost))
             rates[mode] = args.requests / m.wall_s
             row(policy, args.requests, args.replicas, mode, m)
         for fast, slow in (("compiled", "simpy fast-forward"), ("simpy fast-forward", "simpy step by step")):
@@ -109,7 +116,7 @@ def run_bench(args) -> int:
     if args.cluster:
         n, replicas = 1_000_000, 8
         for mode in [m for m in modes if m != "simpy step by step"]:
-            row("continuous", n, replicas, mode, measure(bench_scenario(n, replicas, mode=mode)))
+            row("continuous", n, replicas, mode, measure(bench_scenario(n, replicas, mode=mode, cost=args.cost)))
     console.print(table)
     if args.scaling:
         mode = "compiled" if args.loop != "simpy" else "simpy fast-forward"
@@ -118,7 +125,7 @@ def run_bench(args) -> int:
                       title=f"cost per simulated request (continuous, {mode}, 1 replica)")
         before = None
         for n in (10_000, 100_000, 1_000_000):
-            m = measure(bench_scenario(n, mode=mode))
+            m = measure(bench_scenario(n, mode=mode, cost=args.cost))
             # The cost of the requests beyond the previous size: fixed start-up cancels out.
             added = "" if before is None else f"{(m.wall_s - before[1]) / (n - before[0]) * 1e6:.1f}"
             curve.add_row(f"{n:,}", f"{m.wall_s:.1f}", f"{m.wall_s / n * 1e6:.1f}", added,
@@ -130,6 +137,7 @@ def run_bench(args) -> int:
                       "(in a fresh checkout that includes compiling it; later runs load the cached build)")
     console.print(f"profile load ({PROFILE.name}): {_profile_load_s() * 1000:.1f} ms; "
                   "the roofline model needs no profiling or training step")
-    console.print(f"scenario: the embedded default (Llama-3-8B on H100s), Poisson at {RATE_PER_REPLICA} req/s "
-                  "per replica")
+    overrides, rate = COSTS[args.cost]
+    console.print(f"scenario: the embedded default with {', '.join(overrides)} on H100s, Poisson at {rate} "
+                  "req/s per replica")
     return 0

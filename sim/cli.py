@@ -160,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="measure the simulator's own speed")
     bench.add_argument("--requests", type=_positive_int, default=100_000, help="requests per run (default 100000)")
     bench.add_argument("--replicas", type=_positive_int, default=1,
-                       help="replicas per run, each with 10 req/s of traffic (default 1)")
+                       help="replicas per run, each with its share of traffic (default 1)")
     bench.add_argument("--policies", nargs="+", default=["continuous", "chunked-prefill"],
                        choices=["static", "continuous", "chunked-prefill"])
     bench.add_argument("--cluster", action="store_true",
@@ -171,6 +171,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="which simulation loops to measure (default both, side by side)")
     bench.add_argument("--scaling", action="store_true",
                        help="print the cost per request from 10k to 1M requests")
+    bench.add_argument("--cost", choices=["roofline", "profile"], default="roofline",
+                       help="price steps with the roofline (Llama-3-8B, 10 req/s per replica) or the shipped "
+                            "H100 profile (Llama-2-70B TP 2, 1.2 req/s per replica)")
     bench.set_defaults(func=cmd_bench)
 
     for register in _extra_commands():

@@ -141,6 +141,10 @@ def decode_step_times(cost, seqs: np.ndarray, context: np.ndarray) -> np.ndarray
     (priced per batch size, see RooflineCost), else its ``step_time`` on the run's shapes."""
     if hasattr(cost, "decode_steps"):
         return cost.decode_steps(seqs, context)
+    return np.asarray(cost.step_time(decode_shapes(seqs, context)), dtype=np.float64)
+
+
+def decode_shapes(seqs: np.ndarray, context: np.ndarray) -> StepShape:
+    """Pure-decode steps of ``seqs[j]`` rows reading ``context[j]`` tokens of KV."""
     n = np.asarray(seqs, dtype=np.float64)
-    return np.asarray(cost.step_time(StepShape(n, n, 0.0, 0.0, n, np.asarray(context, dtype=np.float64), n)),
-                      dtype=np.float64)
+    return StepShape(n, n, 0.0, 0.0, n, np.asarray(context, dtype=np.float64), n)

@@ -15,7 +15,7 @@ import simpy
 from simpy.core import NORMAL
 
 from sim.executor import Executor
-from sim.fastforward import DecodeRun, commit_run, decode_step_times, plan_run
+from sim.fastforward import DecodeRun, commit_run, decode_shapes, decode_step_times, plan_run
 from sim.plan import BatchPlan
 from sim.policies import Policy
 from sim.requests import RequestTable, Status
@@ -179,6 +179,8 @@ class Replica:
         yield self._wake
         m = self._run_length
         self._run = None
+        if m < run.k and hasattr(self.cost, "uncount"):  # cut short: its tail never ran
+            self.cost.uncount(decode_shapes(run.num_seqs[m:], run.context[m:]))
         commit_run(policy, run, m)
         # Requests that queued up during the run (behind a blocked head, or a static batch).
         if policy.queue_len > queued:

@@ -45,8 +45,8 @@ def simulate(scenario: Scenario, *, env: simpy.Environment | None = None,
     if env is None and executor_factory is None and clock is None and _compiled_loop(scenario, table):
         from sim.compiled import run_compiled
 
-        steps, n = run_compiled(scenario, table, progress)
-        result = collect(scenario, table, workload, steps, time.perf_counter() - wall, mode)
+        steps, n, costs = run_compiled(scenario, table, progress)
+        result = collect(scenario, table, workload, steps, time.perf_counter() - wall, mode, costs)
         result.events, result.loop = n, "compiled"
         return result
     if executor_factory is None:
@@ -58,8 +58,9 @@ def simulate(scenario: Scenario, *, env: simpy.Environment | None = None,
     for replica in cluster.replicas:
         replica.clock = clock
     env.run()
+    executors = [getattr(r, "executor", None) or r.engines[0].executor for r in cluster.replicas]
     result = collect(scenario, table, workload, cluster.log.frame(), time.perf_counter() - wall, mode,
-                     [getattr(r, "executor", None) or r.engines[0].executor for r in cluster.replicas])
+                     [getattr(e, "cost", None) for e in executors])
     result.events = sum(e.events for r in cluster.replicas for e in getattr(r, "engines", [r]))
     return result
 
@@ -79,8 +80,10 @@ def _compiled_loop(scenario: Scenario, table: RequestTable) -> bool:
 
 
 def collect(scenario: Scenario, table: RequestTable, workload, steps: pd.DataFrame, wall_s: float,
-            mode: str, executors=()) -> RunResult:
-    costs = list({id(c): c for c in (getattr(e, "cost", None) for e in executors) if c}.values())
+            mode: str, costs=()) -> RunResult:
+    """Metrics, summary and warnings of a finished run; ``costs`` are the replicas' cost
+    models (those that extrapolated beyond a profile say so)."""
+    costs = list({id(c): c for c in costs if c is not None}.values())
     requests = requests_frame(table, scenario.slo, workload)
     capacity = np.array([r.memory.num_blocks for r in scenario.replica_specs], dtype=float)
     steps["kv_utilization"] = steps["kv_blocks_used"] / capacity[steps["replica"].to_numpy()]

@@ -2,10 +2,10 @@
 
 Capacity planning runs thousands of simulations, and the Python step loop spends ~150 µs of
 interpreter and numpy call overhead per event. For colocated replicas under continuous
-batching or chunked prefill with the roofline cost model (the bulk of planning runs), the
-same policies and cost formulas are compiled into one loop (``kernel.py``); everything else
-(static batching, prefix caching, swap, speculation, PP, MoE, disaggregation, profiles, the
-real engine) runs in SimPy. ``simulation.loop`` picks: ``auto`` (compiled where it applies),
+batching or chunked prefill, priced by the roofline or a calibration profile (the bulk of
+planning runs), the same policies and cost formulas are compiled into one loop (``kernel.py``,
+``costs.py``); everything else (static batching, prefix caching, swap, speculation, PP, MoE,
+disaggregation, the real engine) runs in SimPy. ``simulation.loop`` picks: ``auto`` (compiled where it applies),
 ``simpy`` (the reference), or ``compiled`` (an error names what it cannot do).
 """
 
@@ -28,8 +28,6 @@ def unsupported(scenario, table: RequestTable | None = None) -> str | None:
     """Why the compiled loop cannot run ``scenario`` (None when it can)."""
     if scenario.disaggregation is not None:
         return "disaggregated prefill/decode pools need the SimPy loop"
-    if scenario.cost.model != "roofline":
-        return f"cost model {scenario.cost.model!r} needs the SimPy loop (roofline only)"
     if scenario.router.policy not in ROUTERS:
         return f"router {scenario.router.policy!r} needs the SimPy loop ({', '.join(ROUTERS)} only)"
     if scenario.model_spec.is_moe:
@@ -53,14 +51,12 @@ def unsupported(scenario, table: RequestTable | None = None) -> str | None:
     return None
 
 
-def _replica_parameters(scenario) -> tuple[np.ndarray, np.ndarray]:
-    """Each replica's scheduler and memory (ints) and roofline coefficients (floats)."""
+def _replica_parameters(scenario) -> np.ndarray:
+    """Each replica's scheduler and memory settings (ints)."""
     from sim.compiled import kernel as k
-    from sim.cost.roofline import COLLECTIVE_LATENCY_S, roofline_for
 
     specs = scenario.replica_specs
     ip = np.zeros((len(specs), 7), dtype=np.int64)
-    fp = np.zeros((len(specs), k.NUM_COST), dtype=np.float64)
     for spec in specs:
         s, mem, i = spec.scheduler, spec.memory, spec.index
         ip[i, k.POLICY] = k.CHUNKED if s.policy == "chunked-prefill" else k.CONTINUOUS
@@ -70,23 +66,7 @@ def _replica_parameters(scenario) -> tuple[np.ndarray, np.ndarray]:
         ip[i, k.MAX_BATCHED] = s.max_batched_tokens
         ip[i, k.CHUNK] = s.chunk_size
         ip[i, k.WATERMARK] = int(s.watermark * mem.num_blocks)  # Policy._watermark_blocks
-        c = roofline_for(scenario, spec)
-        row = fp[i]
-        row[k.OVERHEAD] = c.overhead
-        for name, (f_, b0, b1) in zip(("QKV", "O", "MLP"), (c._linear[n] for n in ("qkv_proj", "o_proj", "mlp")),
-                                      strict=True):
-            row[getattr(k, f"{name}_F")], row[getattr(k, f"{name}_B0")], row[getattr(k, f"{name}_B1")] = f_, b0, b1
-        row[k.PRE_F], row[k.PRE_B] = c._prefill
-        row[k.DEC_F], row[k.DEC_B] = c._decode
-        row[k.REST] = c._rest
-        row[k.LM_F], row[k.LM_B] = c._lm_head
-        if c.tp > 1:
-            row[k.TP_GT_1] = 1.0
-            row[k.TWO_L] = 2 * c.model.num_layers
-            row[k.HIDDEN], row[k.ABYTES] = c.model.hidden_size, c.abytes
-            row[k.AR_FACTOR] = 2 * (c.tp - 1) / c.tp
-            row[k.LINK], row[k.LATENCY] = c.link, COLLECTIVE_LATENCY_S
-    return ip, fp
+    return ip
 
 
 @dataclass
@@ -138,13 +118,18 @@ class LoopState:
 
 
 def run_compiled(scenario, table: RequestTable, progress: Callable[[int], None] | None = None
-                 ) -> tuple[pd.DataFrame, int]:
+                 ) -> tuple[pd.DataFrame, int, list]:
     """Simulate every request of ``table`` (mutated in place, as the SimPy loop does).
-    Returns the step log, ordered as StepLog.frame orders it, and the number of steps.
+    Returns the step log, ordered as StepLog.frame orders it, the number of steps, and each
+    replica's cost model (a profile's holds its extrapolation counts, for the warnings).
     ``progress`` hears the last request that has arrived, every LOG_CHUNK_ROWS steps."""
+    from sim.compiled.costs import encode, fold_counts
     from sim.compiled.kernel import simulate_kernel
+    from sim.cost import make_cost_model
 
-    ip, fp = _replica_parameters(scenario)
+    ip = _replica_parameters(scenario)
+    costs = [make_cost_model(scenario, spec) for spec in scenario.replica_specs]
+    cost_arrays = encode(costs)
     state = LoopState.new(ip)
     t = table
     chunks_i, chunks_f = [], []
@@ -155,8 +140,8 @@ def run_compiled(scenario, table: RequestTable, progress: Callable[[int], None] 
         rows, finished, state.q = simulate_kernel(
             t.arrival, t.prompt_len, t.output_len, t.num_tokens, t.num_computed, t.num_generated,
             t.num_blocks, t.status, t.reject_reason, t.replica, t.preemptions, t.first_scheduled,
-            t.first_token, t.completion, ip, fp, scenario.model_spec.max_model_len,
-            ROUTERS[scenario.router.policy], *state.arrays(), log_i, log_f)
+            t.first_token, t.completion, ip, scenario.model_spec.max_model_len,
+            ROUTERS[scenario.router.policy], *cost_arrays.arrays(), *state.arrays(), log_i, log_f)
         chunks_i.append(log_i[:rows])
         chunks_f.append(log_f[:rows])
         if progress is not None:
@@ -171,7 +156,8 @@ def run_compiled(scenario, table: RequestTable, progress: Callable[[int], None] 
             j = next(ints)
             cols[name] = np.concatenate([c[:, j] for c in chunks_i]).astype(dtype, copy=False)
     del chunks_i, chunks_f
-    return ordered_frame(cols), len(cols["start"])
+    fold_counts(costs, cost_arrays)
+    return ordered_frame(cols), len(cols["start"]), costs
 
 
 def compiled_this_process() -> bool:

@@ -1,10 +1,11 @@
 """The compiled step loop: continuous batching and chunked prefill over replicas behind a router.
 
 It is the SimPy loop of ``sim/replica.py`` and ``sim/cluster.py`` stepped one step at a time,
-with the policies of ``sim/policies`` and the roofline of ``sim/cost/roofline.py`` written as
-scalar loops that numba compiles. Events are taken in SimPy's order (time, then creation), the
-arithmetic is the same, so results are identical to the reference loop
-(tests/sim/test_compiled.py compares every per-request and per-step number).
+with the policies of ``sim/policies``, the roofline of ``sim/cost/roofline.py`` and the
+profiled cost of ``sim/cost/profiled.py`` written as scalar loops that numba compiles. Events
+are taken in SimPy's order (time, then creation), the arithmetic is the same, so results are
+identical to the reference loop (tests/sim/test_compiled.py compares every per-request and
+per-step number).
 
 Each step is a handful of integer loops over the batch: compiled, stepping one by one costs
 less than fast-forwarding does in Python, so there is no fast-forward here.
@@ -20,8 +21,18 @@ POLICY, NUM_BLOCKS, BLOCK_SIZE, MAX_SEQS, MAX_BATCHED, CHUNK, WATERMARK = range(
 CONTINUOUS, CHUNKED = 0, 1
 # Roofline coefficients (float64 columns of ``fp``), see RooflineCost.
 (OVERHEAD, QKV_F, QKV_B0, QKV_B1, O_F, O_B0, O_B1, MLP_F, MLP_B0, MLP_B1, PRE_F, PRE_B, DEC_F,
- DEC_B, REST, LM_F, LM_B, TP_GT_1, TWO_L, HIDDEN, ABYTES, AR_FACTOR, LINK, LATENCY) = range(24)
-NUM_COST = 24
+ DEC_B, REST, LM_F, LM_B, TP_GT_1, TWO_L, HIDDEN, ABYTES, AR_FACTOR, LINK, LATENCY,
+ PROFILE_OVERHEAD) = range(25)
+NUM_COST = 25
+# Cost models, and a profile's tables, fits and step features (see sim/compiled/costs.py).
+ROOFLINE, PROFILE_STEP, PROFILE_OPS = 0, 1, 2
+T_LINEAR, T_OTHER, T_LM_HEAD, T_ALLREDUCE = range(4)
+NUM_TABLES = 4
+F_ATTN_PREFILL, F_ATTN_DECODE, F_STEP = range(3)
+(X_CONST, X_NUM_TOKENS, X_PREFILL_ATTN, X_DECODE_CONTEXT, X_NUM_SEQS, X_NUM_SAMPLED, X_PREFILL_ROWS,
+ X_DECODE_ROWS) = range(8)
+NUM_FEATURES = 8
+NUM_COUNTERS = NUM_TABLES + 3 * NUM_FEATURES  # tables, then each fit's features
 # Routers.
 ROUND_ROBIN, LEAST_OUTSTANDING, LEAST_KV = 0, 1, 2
 # Request status and reject reasons (sim.requests).
@@ -42,7 +53,7 @@ def _blocks_for(tokens, bs):
 
 
 @njit(cache=True)
-def step_time(fp, tokens, prefill_tokens, prefill_attn, decode_context, num_sampled):
+def roofline_time(fp, tokens, prefill_tokens, prefill_attn, decode_context, num_sampled):
     """RooflineCost.step_time of one non-speculative step, summed in the same order."""
     total = fp[OVERHEAD]
     total = total + _max(fp[QKV_F] * tokens, fp[QKV_B0] + fp[QKV_B1] * tokens)
@@ -56,6 +67,135 @@ def step_time(fp, tokens, prefill_tokens, prefill_attn, decode_context, num_samp
         total = total + fp[TWO_L] * (fp[AR_FACTOR] * act / fp[LINK] + fp[LATENCY])
     total = total + _max(fp[DEC_F] * decode_context, fp[DEC_B] * decode_context)
     return total
+
+
+@njit(cache=True)
+def _interp(xs, ys, n, x):
+    """np.interp at one point, with the same arithmetic (numpy's arr_interp)."""
+    if x < xs[0]:
+        return ys[0]
+    if x >= xs[n - 1]:
+        return ys[n - 1]
+    lo, hi = 0, n - 1  # xs[lo] <= x < xs[hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if xs[mid] <= x:
+            lo = mid
+        else:
+            hi = mid
+    if xs[lo] == x:
+        return ys[lo]
+    slope = (ys[lo + 1] - ys[lo]) / (xs[lo + 1] - xs[lo])
+    y = slope * (x - xs[lo]) + ys[lo]
+    if y != y:  # NaN one way: try the other
+        y = slope * (x - xs[lo + 1]) + ys[lo + 1]
+        if y != y and ys[lo] == ys[lo + 1]:
+            y = ys[lo]
+    return y
+
+
+@njit(cache=True)
+def _linear_shape(fp, x):
+    """The roofline's matmuls (QKV, O, MLP) at ``x`` tokens: the shape a linear table follows."""
+    total = 0.0 + _max(fp[QKV_F] * x, fp[QKV_B0] + fp[QKV_B1] * x)
+    total = total + _max(fp[O_F] * x, fp[O_B0] + fp[O_B1] * x)
+    return total + _max(fp[MLP_F] * x, fp[MLP_B0] + fp[MLP_B1] * x)
+
+
+@njit(cache=True)
+def _lm_head_shape(fp, x):
+    return _max(fp[LM_F] * x, fp[LM_B] * (1.0 if x > 0 else 0.0))
+
+
+@njit(cache=True)
+def _table(tab, tab_n, extrap, r, t, fp, x):
+    """ProfiledCost._table: interpolate; beyond the last point scale the last value by the
+    roofline's ratio t(x)/t(x_max) (bytes for the all-reduce), counting the step."""
+    n = tab_n[r, t]
+    xs, ys = tab[r, t, 0], tab[r, t, 1]
+    if not x > xs[n - 1]:
+        return _interp(xs, ys, n, x)
+    extrap[r, t] += 1
+    edge = xs[n - 1]
+    if t == T_LINEAR:
+        ratio = _linear_shape(fp, x) / _linear_shape(fp, edge)
+    elif t == T_OTHER:
+        ratio = (0.0 + fp[REST] * x) / (0.0 + fp[REST] * edge)
+    elif t == T_LM_HEAD:
+        ratio = _lm_head_shape(fp, x) / _lm_head_shape(fp, edge)
+    else:
+        ratio = x / edge
+    return ys[n - 1] * ratio
+
+
+@njit(cache=True)
+def _fit(fit, fit_x, fit_n, extrap, r, f, tokens, seqs, prefill_attn, decodes, decode_context, sampled):
+    """ProfiledCost._fit: Σ coef·feature in the fit's order, floored at 0, counting features
+    above their measured range."""
+    total = 0.0
+    for j in range(fit_n[r, f]):
+        x = fit_x[r, f, j]
+        if x == X_CONST:
+            v = 1.0
+        elif x == X_NUM_TOKENS:
+            v = tokens
+        elif x == X_PREFILL_ATTN:
+            v = prefill_attn
+        elif x == X_DECODE_CONTEXT:
+            v = decode_context
+        elif x == X_NUM_SEQS:
+            v = seqs
+        elif x == X_NUM_SAMPLED:
+            v = sampled
+        elif x == X_PREFILL_ROWS:
+            v = seqs - decodes
+        else:
+            v = decodes
+        if v > fit[r, f, 1, j]:
+            extrap[r, NUM_TABLES + f * NUM_FEATURES + x] += 1
+        total = total + fit[r, f, 0, j] * v
+    return total if (total >= 0.0 or total != total) else 0.0  # np.maximum(total, 0.0)
+
+
+@njit(cache=True)
+def price(kind, r, fp, tab, tab_n, fit, fit_x, fit_n, extrap, tokens, seqs, prefill_tokens, prefill_attn,
+          decodes, decode_context, sampled):
+    """The step's duration under replica ``r``'s cost model: the roofline, or a profile's
+    whole-step fit, or its operations added up in ProfiledCost.op_times' order."""
+    if kind == ROOFLINE:
+        return roofline_time(fp, tokens, prefill_tokens, prefill_attn, decode_context, sampled)
+    if kind == PROFILE_STEP:
+        return _fit(fit, fit_x, fit_n, extrap, r, F_STEP, tokens, seqs, prefill_attn, decodes,
+                    decode_context, sampled) + fp[PROFILE_OVERHEAD]
+    total = 0.0 + _table(tab, tab_n, extrap, r, T_LINEAR, fp, tokens)
+    if tab_n[r, T_OTHER]:
+        total = total + _table(tab, tab_n, extrap, r, T_OTHER, fp, tokens)
+    else:
+        total = total + fp[REST] * tokens
+    if tab_n[r, T_LM_HEAD]:
+        head = _table(tab, tab_n, extrap, r, T_LM_HEAD, fp, _max(sampled, tab[r, T_LM_HEAD, 0, 0]))
+        total = total + (head if sampled > 0 else 0.0)
+    else:
+        total = total + _lm_head_shape(fp, sampled)
+    if fit_n[r, F_ATTN_PREFILL]:
+        attn = _fit(fit, fit_x, fit_n, extrap, r, F_ATTN_PREFILL, tokens, seqs, prefill_attn, decodes,
+                    decode_context, sampled)
+        total = total + (attn if prefill_tokens > 0 else 0.0)
+    else:
+        total = total + _max(fp[PRE_F] * prefill_attn, fp[PRE_B] * prefill_tokens)
+    if fit_n[r, F_ATTN_DECODE]:
+        attn = _fit(fit, fit_x, fit_n, extrap, r, F_ATTN_DECODE, tokens, seqs, prefill_attn, decodes,
+                    decode_context, sampled)
+        total = total + (attn if decodes > 0 else 0.0)
+    else:
+        total = total + _max(fp[DEC_F] * decode_context, fp[DEC_B] * decode_context)
+    if fp[TP_GT_1] != 0.0:
+        act = tokens * fp[HIDDEN] * fp[ABYTES]
+        if tab_n[r, T_ALLREDUCE]:
+            total = total + fp[TWO_L] * _table(tab, tab_n, extrap, r, T_ALLREDUCE, fp, act)
+        else:
+            total = total + fp[TWO_L] * (fp[AR_FACTOR] * act / fp[LINK] + fp[LATENCY])
+    return total + fp[PROFILE_OVERHEAD]
 
 
 @njit(cache=True)
@@ -178,7 +318,8 @@ def _admit(r, chunked, budget, seq_room, pn, q, qhead, qlen, running, nrun, prom
 @njit(cache=True)
 def simulate_kernel(arrival, prompt_len, output_len, num_tokens, num_computed, num_generated,
                     num_blocks, status, reject_reason, replica, preemptions, first_scheduled,
-                    first_token, completion, ip, fp, max_model_len, router,
+                    first_token, completion, ip, max_model_len, router,
+                    cost_kind, fp, tab, tab_n, fit, fit_x, fit_n, extrap,
                     running, nrun, q, qhead, qlen, free, preempted, p_ids, p_new, p_comp, p_samp,
                     p_n, need, start, duration, used_at, queued_at, ev_kind, ev_time, ev_eid,
                     listening, clock_i, clock_f, log_i, log_f):
@@ -382,8 +523,9 @@ def simulate_kernel(arrival, prompt_len, output_len, num_tokens, num_computed, n
         start[r] = now
         used_at[r] = ip[r, NUM_BLOCKS] - free[r]
         queued_at[r] = qlen[r]
-        duration[r] = step_time(fp[r], float(tokens), float(tokens - decodes), prefill_attn,
-                                float(decode_context), float(sampled))
+        duration[r] = price(cost_kind[r], r, fp[r], tab, tab_n, fit, fit_x, fit_n, extrap, float(tokens),
+                            float(pn), float(tokens - decodes), prefill_attn, float(decodes),
+                            float(decode_context), float(sampled))
         ev_kind[r], ev_time[r], ev_eid[r] = STEP_END, now + duration[r], eid
         eid += 1
 

@@ -17,6 +17,7 @@ from sim.errors import ProfileError
 
 SCHEMA_VERSION = 1
 STEP_FEATURES = ("const", "num_tokens", "prefill_attn", "decode_context", "num_seqs", "num_sampled")
+ATTN_FEATURES = ("const", "prefill_rows", "prefill_attn", "decode_rows", "decode_context")
 
 
 class Strict(BaseModel):
@@ -53,6 +54,8 @@ class LinearFit(Strict):
     def _shape(self):
         if len(self.features) != len(self.coef):
             raise ValueError("features and coef differ in length")
+        if len(set(self.features)) != len(self.features):
+            raise ValueError(f"features repeat: {self.features}")
         return self
 
 
@@ -63,6 +66,15 @@ class Ops(Strict):
     attn_prefill: LinearFit | None = None  # features: prefill_rows, prefill_attn (Σ q·kv)
     attn_decode: LinearFit | None = None  # features: decode_rows, decode_context (Σ kv)
     allreduce: Table | None = None  # one all-reduce by bytes (TP > 1)
+
+    @model_validator(mode="after")
+    def _known_features(self):
+        for name in ("attn_prefill", "attn_decode"):
+            fit = getattr(self, name)
+            if fit is not None and not set(fit.features) <= {*ATTN_FEATURES}:
+                unknown = sorted(set(fit.features) - {*ATTN_FEATURES})
+                raise ValueError(f"{name} fit has unknown features {unknown} (known: {list(ATTN_FEATURES)})")
+        return self
 
 
 class Device(Strict):

@@ -105,6 +105,18 @@ class ProfiledCost:
             total = sum(self.op_times(s).values()) + self.overhead
         return total if np.ndim(total) else float(total)
 
+    def uncount(self, s: StepShape) -> None:
+        """Take back the extrapolation counts of steps priced but never run (a fast-forwarded
+        stretch of decode steps cut short by an arrival), so that counts are per step run."""
+        before = dict(self.extrapolated)
+        self.step_time(s)
+        for what, now in list(self.extrapolated.items()):
+            kept = before.get(what, 0) - (now - before.get(what, 0))
+            if kept:
+                self.extrapolated[what] = kept
+            else:
+                del self.extrapolated[what]
+
     def warnings(self) -> list[str]:
         how = {True: "continuing its linear fit", False: "following the roofline's shape"}
         return [f"cost profile extrapolated beyond its measured range ({what}) in {n} step(s), "

@@ -97,6 +97,16 @@ def test_bench_prints_both_loops_and_their_ratio():
     assert p.stdout.count("×") == 2 and "warm-up" in p.stdout
 
 
+def test_bench_prices_with_the_shipped_profile_on_the_compiled_loop():
+    # loop: compiled fails on a scenario it cannot run, so a clean exit means it ran there.
+    env = {**os.environ, "COLUMNS": "200"}
+    p = subprocess.run([sys.executable, "-m", "sim.cli", "bench", "--requests", "200", "--cost", "profile",
+                        "--policies", "chunked-prefill", "--loop", "compiled"],
+                       capture_output=True, text=True, env=env, timeout=600)
+    assert p.returncode == 0, p.stderr
+    assert "cost.model=profile" in p.stdout and "model=llama-2-70b" in p.stdout and "simpy" not in p.stdout
+
+
 def test_run_with_a_loop_that_cannot_run_the_scenario_exits_2(tmp_path, capsys):
     code = main(["run", "--out", str(tmp_path), "--set", "workload.num_requests=20", "--set",
                  "scheduler.policy=static", "--set", "simulation.loop=compiled"])

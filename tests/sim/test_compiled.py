@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -9,7 +11,7 @@ from hypothesis import strategies as st
 
 from sim.errors import ScenarioError
 from sim.simulate import simulate
-from tests.sim.helpers import scenario
+from tests.sim.helpers import scenario, write_profile
 
 PRESSURE = {"hardware__memory_utilization": 0.235,
             "workload__arrival": {"process": "poisson", "rate": 40},
@@ -26,6 +28,7 @@ def both_loops(**fields):
 
 
 def assert_identical(reference, compiled):
+    assert reference.warnings == compiled.warnings
     pd.testing.assert_frame_equal(reference.requests, compiled.requests, check_exact=True)
     pd.testing.assert_frame_equal(reference.steps, compiled.steps, check_exact=True)
     assert reference.summary.keys() == compiled.summary.keys()
@@ -83,6 +86,44 @@ CASES = {
 def test_compiled_loop_is_identical_in_harder_cases(case):
     reference, compiled = both_loops(**CASES[case])
     assert_identical(reference, compiled)
+
+
+SHIPPED_PROFILE = Path(__file__).resolve().parents[2] / "calibration" / "profiles" / "a100-llama-2-70b-tp2.json"
+PROFILES = {  # profile settings, scenario fields
+    "ops": ({}, PRESSURE),
+    "ops-chunked": ({}, {"scheduler__policy": "chunked-prefill", **BURSTY}),
+    "step-fit": ({"mode": "step"}, PRESSURE),
+    "step-fit-chunked": ({"mode": "step", "reach": 300}, {"scheduler__policy": "chunked-prefill", **PRESSURE}),
+    "ops-tp2-heterogeneous": ({"tp": 2}, {"replica_groups": [
+        {"count": 1, "hardware": {"gpu": "A100-80GB", "tp": 2}},
+        {"count": 2, "hardware": {"gpu": "H200", "tp": 2}, "scheduler": {"policy": "chunked-prefill"}}],
+        "router": {"policy": "least-kv"}, **BURSTY}),
+    # Only the linear table: every other term is the roofline's.
+    "linear-only-tp2": ({"tables": (), "fits": (), "tp": 2}, {"hardware": {"gpu": "H100-SXM", "tp": 2}, **PRESSURE}),
+    "tables-no-fits": ({"fits": ()}, {"replicas": 2, **BURSTY}),
+    "fits-no-tables": ({"tables": ()}, {"scheduler__policy": "chunked-prefill", **PRESSURE}),
+    "wide-range": ({"reach": 100_000}, PRESSURE),
+}
+
+
+@pytest.mark.parametrize("case", PROFILES, ids=str)
+def test_compiled_loop_prices_profiles_as_simpy_does(case, tmp_path):
+    settings_, fields = PROFILES[case]
+    path = write_profile(tmp_path / "p.json", **settings_)
+    reference, compiled = both_loops(cost={"model": "profile", "profile": path}, **fields)
+    assert_identical(reference, compiled)
+    extrapolated = [w for w in compiled.warnings if "extrapolated" in w]
+    assert bool(extrapolated) == (case != "wide-range"), compiled.warnings
+
+
+def test_compiled_loop_prices_the_shipped_vidur_profile():
+    reference, compiled = both_loops(model="llama-2-70b", hardware={"gpu": "A100-80GB", "tp": 2},
+                                     cost={"model": "profile", "profile": str(SHIPPED_PROFILE)},
+                                     scheduler__policy="chunked-prefill", **BURSTY)
+    assert_identical(reference, compiled)
+    roofline = simulate(scenario(model="llama-2-70b", hardware={"gpu": "A100-80GB", "tp": 2},
+                                 scheduler__policy="chunked-prefill", **BURSTY))
+    assert roofline.steps["duration"].sum() != compiled.steps["duration"].sum()  # the profile priced it
 
 
 def test_rejection_reasons_are_all_exercised():

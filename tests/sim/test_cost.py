@@ -57,3 +57,24 @@ def test_vectorised_pricing_equals_one_by_one():
     many = c.step_time(StepShape(16.0, 16.0, 0.0, 0.0, 16.0, ctx, 16.0))
     one = [c.step_time(decode(16, x / 16)) for x in ctx]
     np.testing.assert_allclose(many, one)
+
+
+@pytest.mark.parametrize(("fit", "features", "field", "words"), [
+    ("attn_decode", ["const", "num_tokens"], "ops", "attn_decode fit has unknown features ['num_tokens']"),
+    ("attn_prefill", ["const", "const"], "ops.attn_prefill", "features repeat"),
+])
+def test_a_profile_fit_with_features_it_cannot_have_is_refused(tmp_path, fit, features, field, words):
+    import json
+
+    from sim.cost.profile_schema import load_profile
+    from sim.errors import ProfileError
+    from tests.sim.helpers import write_profile
+
+    path = tmp_path / "p.json"
+    write_profile(path)
+    data = json.loads(path.read_text())
+    data["ops"][fit].update(features=features, coef=[1e-3] * len(features))
+    path.write_text(json.dumps(data))
+    with pytest.raises(ProfileError) as err:
+        load_profile(path)
+    assert err.value.field == field and words in str(err.value)

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from sim.simulate import simulate
-from tests.sim.helpers import scenario
+from tests.sim.helpers import scenario, write_profile
 
 PRESSURE = {"hardware__memory_utilization": 0.235,
             "workload__arrival": {"process": "poisson", "rate": 40},
@@ -82,3 +82,14 @@ def test_fast_forward_is_identical_in_cluster_runs(case):
     stepped, jumped = both_ways(**CLUSTER_CASES[case])
     pd.testing.assert_frame_equal(stepped.requests, jumped.requests, check_exact=True)
     pd.testing.assert_frame_equal(stepped.steps, jumped.steps, check_exact=True)
+
+
+@pytest.mark.parametrize("mode", ["ops", "step"])
+def test_a_cut_short_run_counts_only_the_steps_it_ran(mode, tmp_path):
+    """A profile's extrapolation warnings count steps run, not the priced tail of a run an
+    arrival cut short."""
+    path = write_profile(tmp_path / "p.json", mode=mode)
+    stepped, jumped = both_ways(cost={"model": "profile", "profile": path}, **PRESSURE)
+    pd.testing.assert_frame_equal(stepped.steps, jumped.steps, check_exact=True)
+    assert any("extrapolated" in w for w in stepped.warnings)
+    assert stepped.warnings == jumped.warnings
