@@ -96,6 +96,7 @@ class ProfiledCost:
         return times
 
     def step_time(self, s: StepShape) -> np.ndarray | float:
+        # sim/compiled/kernel.py's price restates this (same terms, same order, same counts).
         if self.mode == "step":
             values = {"num_tokens": s.num_tokens, "prefill_attn": s.prefill_attn,
                       "decode_context": s.decode_context, "num_seqs": s.num_seqs,

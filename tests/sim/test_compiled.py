@@ -162,9 +162,17 @@ def test_classes_with_priorities_go_to_simpy():
     assert r.loop == "simpy"
 
 
+@pytest.fixture(scope="module")
+def profiles(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("profiles")
+    return {mode: write_profile(folder / f"{mode}.json", mode=mode, reach=reach)
+            for mode, reach in (("ops", 512), ("step", 256))}
+
+
 @settings(max_examples=60, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
 @given(policy=st.sampled_from(["continuous", "chunked-prefill"]),
+       cost=st.sampled_from(["roofline", "roofline", "ops", "step"]),
        replicas=st.integers(1, 3),
        router=st.sampled_from(["round-robin", "least-outstanding", "least-kv"]),
        memory=st.sampled_from([0.23, 0.25, 0.3, 0.9]),
@@ -175,10 +183,11 @@ def test_classes_with_priorities_go_to_simpy():
        max_prompt=st.integers(20, 3000),
        max_output=st.integers(1, 800),
        seed=st.integers(0, 1000))
-def test_compiled_loop_matches_simpy_on_random_scenarios(policy, replicas, router, memory, max_num_seqs,
-                                                         block_size, watermark, rate, max_prompt,
-                                                         max_output, seed):
-    fields = dict(seed=seed, replicas=replicas, router={"policy": router},
+def test_compiled_loop_matches_simpy_on_random_scenarios(profiles, policy, cost, replicas, router, memory,
+                                                         max_num_seqs, block_size, watermark, rate,
+                                                         max_prompt, max_output, seed):
+    fields = {"cost": {"model": "profile", "profile": profiles[cost]}} if cost != "roofline" else {}
+    fields.update(seed=seed, replicas=replicas, router={"policy": router},
                   hardware__memory_utilization=memory,
                   scheduler__policy=policy, scheduler__max_num_seqs=max_num_seqs,
                   scheduler__chunk_size=max(512, max_num_seqs), scheduler__block_size=block_size,
