@@ -57,8 +57,9 @@ def test_ctrl_c_keeps_finished_runs_and_the_next_run_resumes(tmp_path):
                                         "replicas": [1, 2, 3, 4], "seed": [0, 1]}}}
     path = write_study(tmp_path, study, SMALL)
     out = tmp_path / "out"
+    # Runs of ~0.3 s each (the SimPy loop), so that the study is still going when Ctrl-C comes.
     cmd = [sys.executable, "-m", "sim.cli", "study", str(path), "--out", str(out), "--jobs", "2",
-           "--set", "workload.num_requests=300"]
+           "--set", "workload.num_requests=1000", "--set", "simulation.loop=simpy"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     runs = out / "runs.jsonl"
