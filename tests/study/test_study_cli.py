@@ -52,13 +52,19 @@ def test_set_overrides_every_configuration_and_dry_run(tmp_path, capsys):
     assert "4 configurations" in out and "3.58" in out  # 2 × A100-80GB at 1.79 $/h
 
 
+# servesim as a terminal starts it, with Ctrl-C raising KeyboardInterrupt even where the tests
+# themselves run as a background job (which ignores SIGINT, and children inherit that).
+AS_IN_A_TERMINAL = ("import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                    "runpy.run_module('sim.cli', run_name='__main__', alter_sys=True)")
+
+
 def test_ctrl_c_keeps_finished_runs_and_the_next_run_resumes(tmp_path):
     study = {**STUDY, "vary": {"grid": {"scheduler.policy": ["continuous", "chunked-prefill"],
                                         "replicas": [1, 2, 3, 4], "seed": [0, 1]}}}
     path = write_study(tmp_path, study, SMALL)
     out = tmp_path / "out"
     # Runs of ~0.3 s each (the SimPy loop), so that the study is still going when Ctrl-C comes.
-    cmd = [sys.executable, "-m", "sim.cli", "study", str(path), "--out", str(out), "--jobs", "2",
+    cmd = [sys.executable, "-c", AS_IN_A_TERMINAL, "study", str(path), "--out", str(out), "--jobs", "2",
            "--set", "workload.num_requests=1000", "--set", "simulation.loop=simpy"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
@@ -67,9 +73,10 @@ def test_ctrl_c_keeps_finished_runs_and_the_next_run_resumes(tmp_path):
     while time.time() < deadline and (not runs.exists() or
                                       len(runs.read_text().splitlines()) < 3):
         time.sleep(0.05)
+    seen = len(runs.read_text().splitlines()) if runs.exists() else 0
     os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole process group
-    _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 130, stderr
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, (seen, stdout[-1500:], stderr)
     assert "Traceback" not in stderr
     kept = [json.loads(line) for line in runs.read_text().splitlines()]
     assert 3 <= len(kept) < 48 and all(r["status"] == "ok" for r in kept)
