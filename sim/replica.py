@@ -8,7 +8,6 @@ of identical decode steps when fast-forwarding.
 from __future__ import annotations
 
 from heapq import heappush
-from itertools import islice
 
 import numpy as np
 import simpy
@@ -53,6 +52,7 @@ class Replica:
         self._run_length = 0  # steps it will have done when it ends
         self._cuttable = False  # whether an arrival may cut it short
         self._wake: simpy.Event | None = None  # the end of the run under way
+        self._joined: list[float] = []  # when requests queued up during the run under way
         self.clock = None  # execute mode: wall time in simulation seconds (steps last as long)
         self.events = 0  # steps and fast-forwarded runs this replica waited on
         self.process = env.process(self.run())
@@ -82,12 +82,18 @@ class Replica:
     def submit(self, rid: int) -> None:
         self.table.replica[rid] = self.index
         self.policy.add(rid)
+        if self._run is not None:
+            self._joined.append(self.env.now)
+            if not self._cuttable and self.policy.jumped_the_queue(rid):
+                self._cut_run()  # a higher priority than everyone waiting: it may fit where they did not
         self.notify()
 
     def receive(self, rid: int) -> None:
         """A request prefilled elsewhere (decode role)."""
         self.table.replica[rid] = self.index
         self.policy.add_remote(rid)
+        if self._run is not None:
+            self._joined.append(self.env.now)
         self.notify()
 
     def notify(self) -> None:
@@ -173,6 +179,7 @@ class Replica:
         np.add.accumulate(starts, out=starts)  # left to right, as stepping adds them
         used, queued = policy.blocks.used, policy.queue_len
         self._run, self._run_length = run, run.k
+        self._joined = []
         self._cuttable = policy.arrival_may_join()
         self._wake = at(env, starts[run.k])
         self.events += 1
@@ -182,10 +189,10 @@ class Replica:
         if m < run.k and hasattr(self.cost, "uncount"):  # cut short: its tail never ran
             self.cost.uncount(decode_shapes(run.num_seqs[m:], run.context[m:]))
         commit_run(policy, run, m)
-        # Requests that queued up during the run (behind a blocked head, or a static batch).
-        if policy.queue_len > queued:
-            joined = self.table.arrival[list(islice(policy.waiting, queued, None))]
-            queue_len = queued + np.searchsorted(joined, starts[:m], side="right")
+        # Requests that queued up during the run (behind a blocked head, or a static batch;
+        # with priorities, maybe ahead of those already waiting).
+        if self._joined:
+            queue_len = queued + np.searchsorted(np.asarray(self._joined), starts[:m], side="right")
         else:
             queue_len = queued
         seqs = run.num_seqs[:m]

@@ -25,7 +25,8 @@ ROUTERS = {"round-robin": 0, "least-outstanding": 1, "least-kv": 2}
 
 
 def unsupported(scenario, table: RequestTable | None = None) -> str | None:
-    """Why the compiled loop cannot run ``scenario`` (None when it can)."""
+    """Why the compiled loop cannot run ``scenario`` (None when it can). Every traffic it can
+    (``table`` is there for checks that depend on the requests)."""
     if scenario.disaggregation is not None:
         return "disaggregated prefill/decode pools need the SimPy loop"
     if scenario.router.policy not in ROUTERS:
@@ -42,8 +43,6 @@ def unsupported(scenario, table: RequestTable | None = None) -> str | None:
                 return f"scheduler.{name} needs the SimPy loop"
         if hw.pp > 1:
             return "pipeline parallelism (hardware.pp > 1) needs the SimPy loop"
-    if table is not None and table.n and table.priority.min() != table.priority.max():
-        return "traffic classes with different priorities need the SimPy loop"
     try:
         import numba  # noqa: F401
     except ImportError:
@@ -76,9 +75,10 @@ class LoopState:
 
     running: np.ndarray  # [replicas, max_num_seqs] ids in admission order
     nrun: np.ndarray
-    q: np.ndarray  # [replicas, capacity] ring buffers: the waiting queues (grown as needed)
+    q: np.ndarray  # [replicas × levels, capacity] ring buffers: the waiting queues (grown as needed)
     qhead: np.ndarray
-    qlen: np.ndarray
+    qlev: np.ndarray  # requests waiting at each replica's each priority level
+    qlen: np.ndarray  # requests waiting at each replica
     free: np.ndarray  # free KV blocks
     preempted: np.ndarray  # someone was preempted since the last plan
     p_ids: np.ndarray  # the step under way: its rows, new tokens, context, sampling rows
@@ -102,13 +102,14 @@ class LoopState:
         return [getattr(self, f.name) for f in fields(self)]
 
     @classmethod
-    def new(cls, ip: np.ndarray) -> LoopState:
+    def new(cls, ip: np.ndarray, levels: int) -> LoopState:
         from sim.compiled import kernel as k
 
         R = len(ip)
         cap = int(ip[:, k.MAX_SEQS].max())
         ints = lambda *shape: np.zeros(shape, dtype=np.int64)  # noqa: E731
-        return cls(running=ints(R, cap), nrun=ints(R), q=ints(R, 64), qhead=ints(R), qlen=ints(R),
+        return cls(running=ints(R, cap), nrun=ints(R), q=ints(R * levels, 64), qhead=ints(R * levels),
+                   qlev=ints(R * levels), qlen=ints(R),
                    free=ip[:, k.NUM_BLOCKS].copy(), preempted=np.zeros(R, dtype=np.bool_),
                    p_ids=ints(R, cap), p_new=ints(R, cap), p_comp=ints(R, cap),
                    p_samp=np.zeros((R, cap), dtype=np.bool_), p_n=ints(R), need=ints(cap),
@@ -130,8 +131,11 @@ def run_compiled(scenario, table: RequestTable, progress: Callable[[int], None] 
     ip = _replica_parameters(scenario)
     costs = [make_cost_model(scenario, spec) for spec in scenario.replica_specs]
     cost_arrays = encode(costs)
-    state = LoopState.new(ip)
     t = table
+    # Priority levels, lowest value first (WaitQueue serves them in that order).
+    priorities = np.unique(t.priority)
+    level = np.searchsorted(priorities, t.priority).astype(np.int64)
+    state = LoopState.new(ip, max(len(priorities), 1))
     chunks_i, chunks_f = [], []
     finished = False
     while not finished:
@@ -141,7 +145,8 @@ def run_compiled(scenario, table: RequestTable, progress: Callable[[int], None] 
             t.arrival, t.prompt_len, t.output_len, t.num_tokens, t.num_computed, t.num_generated,
             t.num_blocks, t.status, t.reject_reason, t.replica, t.preemptions, t.first_scheduled,
             t.first_token, t.completion, ip, scenario.model_spec.max_model_len,
-            ROUTERS[scenario.router.policy], *cost_arrays.arrays(), *state.arrays(), log_i, log_f)
+            ROUTERS[scenario.router.policy], *cost_arrays.arrays(), level, *state.arrays(), log_i,
+            log_f)
         chunks_i.append(log_i[:rows])
         chunks_f.append(log_f[:rows])
         if progress is not None:

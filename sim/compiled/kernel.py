@@ -199,20 +199,54 @@ def price(kind, r, fp, tab, tab_n, fit, fit_x, fit_n, extrap, tokens, seqs, pref
 
 
 @njit(cache=True)
-def _grow_queue(q, qhead, qlen):
-    """Double every replica's ring buffer, unrolling each so its head sits at 0."""
-    r_count, cap = q.shape
-    bigger = np.empty((r_count, 2 * cap), dtype=np.int64)
-    for r in range(r_count):
-        for i in range(qlen[r]):
-            bigger[r, i] = q[r, (qhead[r] + i) % cap]
-        qhead[r] = 0
+def _grow_queue(q, qhead, qlev):
+    """Double every ring buffer, unrolling each so its head sits at 0."""
+    rows, cap = q.shape
+    bigger = np.empty((rows, 2 * cap), dtype=np.int64)
+    for row in range(rows):
+        for i in range(qlev[row]):
+            bigger[row, i] = q[row, (qhead[row] + i) % cap]
+        qhead[row] = 0
     return bigger
+
+
+# The waiting queues (WaitQueue): replica r's priority level l (0 = the lowest priority value,
+# served first) is ring buffer r * levels + l of ``q``, with its head in ``qhead`` and its
+# length in ``qlev``; ``qlen[r]`` counts the replica's whole queue.
+@njit(cache=True)
+def _enqueue(q, qhead, qlev, qlen, r, row, rid, front):
+    """Add ``rid`` at the back of its level (or the front: a preempted request goes first)."""
+    if qlev[row] == q.shape[1]:
+        q = _grow_queue(q, qhead, qlev)
+    if front:
+        qhead[row] = (qhead[row] - 1) % q.shape[1]
+        q[row, qhead[row]] = rid
+    else:
+        q[row, (qhead[row] + qlev[row]) % q.shape[1]] = rid
+    qlev[row] += 1
+    qlen[r] += 1
+    return q
+
+
+@njit(cache=True)
+def _head(qlev, r, levels):
+    """The ring buffer holding replica r's next request: its first non-empty level."""
+    for row in range(r * levels, (r + 1) * levels):
+        if qlev[row] > 0:
+            return row
+    return -1
+
+
+@njit(cache=True)
+def _dequeue(q, qhead, qlev, qlen, r, row):
+    qhead[row] = (qhead[row] + 1) % q.shape[1]
+    qlev[row] -= 1
+    qlen[r] -= 1
 
 
 @njit(cache=True)
 def _decodes(r, chunked, running, nrun, num_tokens, num_computed, num_blocks, status, preemptions,
-             free, preempted, q, qhead, qlen, p_ids, p_new, need, bs):
+             free, preempted, q, qhead, qlev, qlen, level, p_ids, p_new, need, bs):
     """The running requests' next tokens (chunked: only those past their prompt), their new
     blocks given, preempting the newest running requests until the rest fit (Policy._grow).
     Returns the plan's rows, whether anyone is still prefilling, and the (maybe grown) queue."""
@@ -245,11 +279,8 @@ def _decodes(r, chunked, running, nrun, num_tokens, num_computed, num_blocks, st
         free[r] += num_blocks[victim]
         num_blocks[victim] = 0
         num_computed[victim] = 0
-        if qlen[r] == q.shape[1]:
-            q = _grow_queue(q, qhead, qlen)
-        qhead[r] = (qhead[r] - 1) % q.shape[1]
-        q[r, qhead[r]] = victim
-        qlen[r] += 1
+        levels = q.shape[0] // nrun.shape[0]
+        q = _enqueue(q, qhead, qlev, qlen, r, r * levels + level[victim], victim, True)
         k = 0
         for i in range(pn):
             if p_ids[r, i] != victim:
@@ -265,7 +296,7 @@ def _decodes(r, chunked, running, nrun, num_tokens, num_computed, num_blocks, st
 
 
 @njit(cache=True)
-def _admit(r, chunked, budget, seq_room, pn, q, qhead, qlen, running, nrun, prompt_len, output_len,
+def _admit(r, chunked, budget, seq_room, pn, q, qhead, qlev, qlen, running, nrun, prompt_len, output_len,
            num_tokens, num_generated, num_computed, num_blocks, status, reject_reason, free, ip,
            max_model_len, p_ids, p_new):
     """Policy._admit_waiting: the head of the queue joins while it fits; requests that can
@@ -274,8 +305,10 @@ def _admit(r, chunked, budget, seq_room, pn, q, qhead, qlen, running, nrun, prom
     capacity = budget
     room = free[r] - ip[r, WATERMARK]
     added = 0
+    levels = q.shape[0] // nrun.shape[0]
     while qlen[r] > 0 and budget > 0 and added < seq_room:
-        rid = q[r, qhead[r]]
+        row = _head(qlev, r, levels)
+        rid = q[row, qhead[row]]
         total_len = prompt_len[rid] + output_len[rid]
         reason = 0
         if total_len > max_model_len:
@@ -290,16 +323,14 @@ def _admit(r, chunked, budget, seq_room, pn, q, qhead, qlen, running, nrun, prom
             elif not (oversized and added == 0):
                 break  # wait for the next step's budget
         if reason != 0:
-            qhead[r] = (qhead[r] + 1) % q.shape[1]
-            qlen[r] -= 1
+            _dequeue(q, qhead, qlev, qlen, r, row)
             status[rid] = REJECTED
             reject_reason[rid] = reason
             continue
         d = _blocks_for(take, bs)
         if d > room:
             break
-        qhead[r] = (qhead[r] + 1) % q.shape[1]
-        qlen[r] -= 1
+        _dequeue(q, qhead, qlev, qlen, r, row)
         free[r] -= d
         room -= d
         num_computed[rid] = 0
@@ -320,8 +351,8 @@ def simulate_kernel(arrival, prompt_len, output_len, num_tokens, num_computed, n
                     num_blocks, status, reject_reason, replica, preemptions, first_scheduled,
                     first_token, completion, ip, max_model_len, router,
                     cost_kind, fp, tab, tab_n, fit, fit_x, fit_n, extrap,
-                    running, nrun, q, qhead, qlen, free, preempted, p_ids, p_new, p_comp, p_samp,
-                    p_n, need, start, duration, used_at, queued_at, ev_kind, ev_time, ev_eid,
+                    level, running, nrun, q, qhead, qlev, qlen, free, preempted, p_ids, p_new, p_comp,
+                    p_samp, p_n, need, start, duration, used_at, queued_at, ev_kind, ev_time, ev_eid,
                     listening, clock_i, clock_f, log_i, log_f):
     """Run requests until the step log ``log_i``/``log_f`` is full or everyone is done.
 
@@ -392,10 +423,7 @@ def simulate_kernel(arrival, prompt_len, output_len, num_tokens, num_computed, n
                             r, best_out = c, out
                 replica[rid] = r
                 status[rid] = WAITING
-                if qlen[r] == q.shape[1]:
-                    q = _grow_queue(q, qhead, qlen)
-                q[r, (qhead[r] + qlen[r]) % q.shape[1]] = rid
-                qlen[r] += 1
+                q = _enqueue(q, qhead, qlev, qlen, r, r * (q.shape[0] // R) + level[rid], rid, False)
                 if listening[r] and ev_kind[r] == NONE:  # notify: wake it up now
                     ev_kind[r], ev_time[r], ev_eid[r] = WAKE, now, eid
                     eid += 1
@@ -454,7 +482,7 @@ def simulate_kernel(arrival, prompt_len, output_len, num_tokens, num_computed, n
         if ip[r, POLICY] == CHUNKED:  # ChunkedPrefill.schedule
             budget = ip[r, CHUNK]
             pn, prefilling, q = _decodes(r, True, running, nrun, num_tokens, num_computed, num_blocks,
-                                         status, preemptions, free, preempted, q, qhead, qlen,
+                                         status, preemptions, free, preempted, q, qhead, qlev, qlen, level,
                                          p_ids, p_new, need, bs)
             budget -= pn
             if prefilling:  # part-done prefills continue, oldest first
@@ -478,18 +506,18 @@ def simulate_kernel(arrival, prompt_len, output_len, num_tokens, num_computed, n
                     budget -= take
             seq_room = ip[r, MAX_SEQS] - nrun[r]
             if budget > 0 and seq_room > 0 and qlen[r] > 0 and not preempted[r]:
-                pn = _admit(r, True, budget, seq_room, pn, q, qhead, qlen, running, nrun, prompt_len,
+                pn = _admit(r, True, budget, seq_room, pn, q, qhead, qlev, qlen, running, nrun, prompt_len,
                             output_len, num_tokens, num_generated, num_computed, num_blocks, status,
                             reject_reason, free, ip, max_model_len, p_ids, p_new)
         else:  # ContinuousBatching.schedule: admit whole prompts, else decode everyone
             seq_room = ip[r, MAX_SEQS] - nrun[r]
             if qlen[r] > 0 and seq_room > 0:
-                pn = _admit(r, False, ip[r, MAX_BATCHED], seq_room, 0, q, qhead, qlen, running, nrun,
+                pn = _admit(r, False, ip[r, MAX_BATCHED], seq_room, 0, q, qhead, qlev, qlen, running, nrun,
                             prompt_len, output_len, num_tokens, num_generated, num_computed, num_blocks,
                             status, reject_reason, free, ip, max_model_len, p_ids, p_new)
             if pn == 0 and nrun[r] > 0:
                 pn, prefilling, q = _decodes(r, False, running, nrun, num_tokens, num_computed, num_blocks,
-                                             status, preemptions, free, preempted, q, qhead, qlen,
+                                             status, preemptions, free, preempted, q, qhead, qlev, qlen, level,
                                              p_ids, p_new, need, bs)
 
         if pn == 0:

@@ -96,6 +96,11 @@ class Policy:
         """Could a request arriving now (or a KV transfer landing) change the next step?"""
         return bool(self.transferring) or (not self.waiting and not self.remote_waiting)
 
+    def jumped_the_queue(self, rid: int) -> bool:
+        """Did ``rid``, just added, go ahead of everyone waiting (a higher priority)? Then it
+        heads the queue and may fit where the blocked head did not."""
+        return len(self.waiting) > 1 and self.waiting[0] == rid
+
     # -- admission -------------------------------------------------------------------------
     def _never_fits(self, rid: int) -> RejectReason:
         t = self.table

@@ -30,6 +30,9 @@ class StaticBatching(Policy):
     def arrival_may_join(self) -> bool:
         return False  # nobody joins a running batch
 
+    def jumped_the_queue(self, rid: int) -> bool:
+        return False  # it waits for the batch to end, whatever its priority
+
     def schedule(self, now: float) -> BatchPlan | None:
         t = self.table
         if self.batch.size:

@@ -156,10 +156,23 @@ def test_auto_picks_the_compiled_loop_and_is_deterministic():
     assert_identical(a, b)
 
 
-def test_classes_with_priorities_go_to_simpy():
-    classes = [dict(c, priority=i) for i, c in enumerate(CASES["classes"]["workload"]["classes"])]
-    r = simulate(scenario(workload={"num_requests": 100, "classes": classes}))
-    assert r.loop == "simpy"
+@pytest.mark.parametrize("policy", ["continuous", "chunked-prefill"])
+@pytest.mark.parametrize("priorities", [(0, 1), (5, -2), (1, 1)])
+def test_classes_with_priorities_are_served_as_simpy_serves_them(policy, priorities):
+    classes = [dict(c, priority=p) for c, p in zip(CASES["classes"]["workload"]["classes"], priorities,
+                                                    strict=True)]
+    classes.append({**classes[0], "name": "bulk", "priority": 3})
+    fields = {"workload": {"num_requests": 400, "classes": classes}, "scheduler__policy": policy,
+              "replicas": 2, "router": {"policy": "least-outstanding"},
+              **{k: v for k, v in PRESSURE.items() if k.startswith("hardware")}}
+    reference, compiled = both_loops(**fields)
+    assert_identical(reference, compiled)
+    if policy == "continuous":  # the queue is busy enough for its order to matter
+        assert compiled.summary["preemptions"] > 0
+        r = compiled.requests
+        waits = (r["first_scheduled"] - r["arrival"]).groupby(r["class"]).mean()
+        if priorities[0] < priorities[1]:
+            assert waits["chat"] < waits["batch"]
 
 
 @pytest.fixture(scope="module")

@@ -93,3 +93,19 @@ def test_a_cut_short_run_counts_only_the_steps_it_ran(mode, tmp_path):
     pd.testing.assert_frame_equal(stepped.steps, jumped.steps, check_exact=True)
     assert any("extrapolated" in w for w in stepped.warnings)
     assert stepped.warnings == jumped.warnings
+
+
+@pytest.mark.parametrize("policy", ["static", "continuous", "chunked-prefill"])
+def test_fast_forward_with_priorities_is_identical_to_stepping(policy):
+    """A newcomer with a higher priority than everyone waiting heads the queue and may fit
+    where the blocked head did not: it cuts a decode run short like any joiner."""
+    def klass(name, priority, rate, prompt):
+        return {"name": name, "priority": priority, "arrival": {"process": "poisson", "rate": rate},
+                "prompt_len": {"dist": "uniform", "min": 16, "max": prompt},
+                "output_len": {"dist": "uniform", "min": 50, "max": 500}}
+    classes = [klass("chat", 0, 12, 300), klass("batch", 2, 8, 2000), klass("bulk", 1, 6, 1200)]
+    stepped, jumped = both_ways(scheduler__policy=policy, replicas=2, hardware__memory_utilization=0.235,
+                                workload={"num_requests": 400, "classes": classes})
+    pd.testing.assert_frame_equal(stepped.requests, jumped.requests, check_exact=True)
+    pd.testing.assert_frame_equal(stepped.steps, jumped.steps, check_exact=True)
+    assert jumped.events < stepped.events
