@@ -25,8 +25,8 @@ ROUTERS = {"round-robin": 0, "least-outstanding": 1, "least-kv": 2}
 
 
 def unsupported(scenario, table: RequestTable | None = None) -> str | None:
-    """Why the compiled loop cannot run ``scenario`` (None when it can). Every traffic it can
-    (``table`` is there for checks that depend on the requests)."""
+    """Why the compiled loop cannot run ``scenario`` (None when it can). It runs any traffic;
+    ``table`` is there for checks that would depend on the requests."""
     if scenario.disaggregation is not None:
         return "disaggregated prefill/decode pools need the SimPy loop"
     if scenario.router.policy not in ROUTERS:
