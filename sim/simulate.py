@@ -42,7 +42,7 @@ def simulate(scenario: Scenario, *, env: simpy.Environment | None = None,
     wall = time.perf_counter()
     workload = workload if workload is not None else build_workload(scenario)
     table = RequestTable.from_workload(workload)
-    if env is None and executor_factory is None and clock is None and _compiled_loop(scenario, table):
+    if env is None and executor_factory is None and clock is None and _compiled_loop(scenario):
         from sim.compiled import run_compiled
 
         steps, n, costs = run_compiled(scenario, table, progress)
@@ -65,14 +65,14 @@ def simulate(scenario: Scenario, *, env: simpy.Environment | None = None,
     return result
 
 
-def _compiled_loop(scenario: Scenario, table: RequestTable) -> bool:
+def _compiled_loop(scenario: Scenario) -> bool:
     """Whether ``simulation.loop`` (and what the scenario needs) sends it to the compiled loop."""
     loop = scenario.simulation.loop
     if loop == "simpy":
         return False
     from sim.compiled import unsupported
 
-    why = unsupported(scenario, table)
+    why = unsupported(scenario)
     if why is not None and loop == "compiled":
         raise ScenarioError(f"scenario {scenario.name!r}", "simulation.loop",
                             f"the compiled loop cannot run it: {why}; use loop: auto or simpy")

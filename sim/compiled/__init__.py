@@ -24,9 +24,8 @@ LOG_CHUNK_ROWS = 1 << 18
 ROUTERS = {"round-robin": 0, "least-outstanding": 1, "least-kv": 2}
 
 
-def unsupported(scenario, table: RequestTable | None = None) -> str | None:
-    """Why the compiled loop cannot run ``scenario`` (None when it can). It runs any traffic;
-    ``table`` is there for checks that would depend on the requests."""
+def unsupported(scenario) -> str | None:
+    """Why the compiled loop cannot run ``scenario`` (None when it can); any traffic runs."""
     if scenario.disaggregation is not None:
         return "disaggregated prefill/decode pools need the SimPy loop"
     if scenario.router.policy not in ROUTERS:

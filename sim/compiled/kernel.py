@@ -61,7 +61,7 @@ def roofline_time(fp, tokens, prefill_tokens, prefill_attn, decode_context, num_
     total = total + _max(fp[MLP_F] * tokens, fp[MLP_B0] + fp[MLP_B1] * tokens)
     total = total + _max(fp[PRE_F] * prefill_attn, fp[PRE_B] * prefill_tokens)
     total = total + fp[REST] * tokens
-    total = total + _max(fp[LM_F] * num_sampled, fp[LM_B] * (1.0 if num_sampled > 0 else 0.0))
+    total = total + _lm_head_shape(fp, num_sampled)
     if fp[TP_GT_1] != 0.0:
         act = tokens * fp[HIDDEN] * fp[ABYTES]
         total = total + fp[TWO_L] * (fp[AR_FACTOR] * act / fp[LINK] + fp[LATENCY])
