@@ -31,7 +31,7 @@ POLICIES = {"continuous": {"policy": "continuous", "max_num_seqs": 32, "max_batc
 
 
 def scenario(model: str, policy: str, load: str, requests: int, seed: int):
-    from sim.scenario import scenario_from_dict
+    from sim.scenario.schema import scenario_from_dict
 
     data = {"name": f"{policy}-{load}", "seed": seed, "model": model,
             "scheduler": POLICIES[policy],
@@ -64,7 +64,7 @@ def main(argv=None) -> int:
     from calibration.calibrate import Options, calibrate
     from calibration.validate import validate
     from engine.execute import EngineSetup
-    from sim.cost.profile_schema import save_profile
+    from sim.pricing.profile import save_profile
 
     console = Console(width=150)
     out = Path(args.out)

@@ -26,8 +26,8 @@ from calibration.ops import build_ops, points
 from calibration.probe import probe, wake_penalty
 from calibration.progress import Ticker, ticker
 from calibration.steps import fit_steps, step_plans
-from sim.cost.profile_schema import SCHEMA_VERSION, Device, Ops, Profile
-from sim.specs import ModelSpec, get_model
+from sim.pricing.profile import SCHEMA_VERSION, Device, Ops, Profile
+from sim.scenario.specs import ModelSpec, get_model
 
 CPU_KV_BYTES = 256 * 1024**2
 
@@ -221,7 +221,7 @@ def _add_row_cost(ops: Ops, per_row: float) -> Ops:
 
 
 def _ops_from_step(step, grid: Grid) -> Ops:
-    from sim.cost.profile_schema import Table
+    from sim.pricing.profile import Table
 
     coef = dict(zip(step.features, step.coef, strict=True))
     top = float(max(grid.max_tokens, 2))

@@ -22,9 +22,9 @@ def cmd_calibrate(args) -> int:
     require_torch()
     from calibration.calibrate import Options, calibrate
     from calibration.grid import grid_for
-    from sim.cli import console
-    from sim.cost.profile_schema import save_profile
-    from sim.specs import get_model
+    from sim.cli.console import console
+    from sim.pricing.profile import save_profile
+    from sim.scenario.specs import get_model
 
     for name in ("repeats", "step_plans", "max_tokens", "max_seqs", "max_context", "threads"):
         _positive(f"--{name.replace('_', '-')}", getattr(args, name))
@@ -96,8 +96,8 @@ def cmd_validate(args) -> int:
     from calibration.compare import bounds_exceeded
     from calibration.report import write_report
     from calibration.validate import validate
-    from sim.cli import console
-    from sim.scenario import load_scenario
+    from sim.cli.console import console
+    from sim.scenario.schema import load_scenario
 
     scenario = load_scenario(args.scenario, args.set)
     source = args.scenario or "<default scenario>"
@@ -154,8 +154,8 @@ def print_validation(v, console) -> None:
 
 def cmd_import_vidur(args) -> int:
     from calibration.vidur import import_vidur
-    from sim.cli import console
-    from sim.cost.profile_schema import save_profile
+    from sim.cli.console import console
+    from sim.pricing.profile import save_profile
 
     _positive("--tp", args.tp)
     profile = import_vidur(args.mlp, attention=args.attention, all_reduce=args.all_reduce,

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from sim.cost.profile_schema import LinearFit, Table
+from sim.pricing.profile import LinearFit, Table
 
 
 def nnls(a: np.ndarray, b: np.ndarray, max_iter: int = 200) -> np.ndarray:

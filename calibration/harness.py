@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.plan import BatchPlan, StepShape
-from sim.requests import RequestTable
+from sim.core.plan import BatchPlan, StepShape
+from sim.core.requests import RequestTable
 
 
 @dataclass(frozen=True)

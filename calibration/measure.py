@@ -16,7 +16,7 @@ import numpy as np
 
 from calibration.harness import Harness, Row, shape_of
 from calibration.progress import Ticker
-from sim.plan import StepShape
+from sim.core.plan import StepShape
 
 
 @dataclass

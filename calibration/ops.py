@@ -21,7 +21,7 @@ from calibration.fitting import fit_linear, robust_nnls, table
 from calibration.grid import Grid
 from calibration.harness import Harness, Row, decode_rows
 from calibration.measure import Sample
-from sim.cost.profile_schema import Ops
+from sim.pricing.profile import Ops
 
 LINEAR = ("embed", "qkv_proj", "o_proj", "gate_up_proj", "down_proj")
 OTHER = ("input_norm", "rope", "kv_write", "post_attn_norm", "act", "final_norm")

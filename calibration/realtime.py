@@ -8,8 +8,8 @@ import simpy
 import simpy.rt
 from simpy.core import EmptySchedule, Infinity
 
-from sim.scenario import Scenario
-from sim.simulate import RunResult, simulate
+from sim.loops.run import RunResult, simulate
+from sim.scenario.schema import Scenario
 
 
 class StepRecorder:

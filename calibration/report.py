@@ -12,7 +12,7 @@ from plotly.subplots import make_subplots
 
 from calibration.compare import METRICS
 from calibration.validate import Validation
-from sim.report import figure_html, latency_cdfs, page
+from sim.results.report import figure_html, latency_cdfs, page
 
 LABELS = {"ttft": "TTFT (s)", "tpot": "TPOT (s)", "e2e": "E2E latency (s)"}
 

@@ -14,15 +14,15 @@ import numpy as np
 
 from calibration.fitting import robust_nnls
 from calibration.measure import Sample
-from sim.cost.profile_schema import SCHEMA_VERSION, Device, LinearFit, Ops, Profile, Table
-from sim.specs import ModelSpec
+from sim.pricing.profile import SCHEMA_VERSION, Device, LinearFit, Ops, Profile, Table
+from sim.scenario.specs import ModelSpec
 
 
 def ops_cost(ops: Ops, spec: ModelSpec):
     """The per-op model alone (no loop overhead), for pricing measured plans."""
-    from sim.cost.profiled import ProfiledCost
-    from sim.cost.roofline import RooflineCost
-    from sim.specs import get_gpu
+    from sim.pricing.profiled import ProfiledCost
+    from sim.pricing.roofline import RooflineCost
+    from sim.scenario.specs import get_gpu
 
     profile = Profile(schema_version=SCHEMA_VERSION, source="", created="",
                       device=Device(name="", type="cpu"), model=spec.name, model_shape={},

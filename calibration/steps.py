@@ -13,7 +13,7 @@ from calibration.fitting import fit_linear, relative_errors
 from calibration.grid import Grid, random_plans
 from calibration.harness import Harness
 from calibration.measure import Sample
-from sim.cost.profile_schema import STEP_FEATURES, LinearFit
+from sim.pricing.profile import STEP_FEATURES, LinearFit
 
 
 def step_plans(harness: Harness, grid: Grid, max_len: int):

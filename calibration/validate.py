@@ -17,10 +17,10 @@ import pandas as pd
 
 from calibration.compare import error_stats, join, step_errors, summary_diff
 from calibration.realtime import StepRecorder, run_engine
-from sim.cost.profile_schema import Profile, load_profile
 from sim.errors import InputError, ProfileError
-from sim.scenario import Scenario, apply_overrides, scenario_from_dict
-from sim.simulate import RunResult, simulate
+from sim.loops.run import RunResult, simulate
+from sim.pricing.profile import Profile, load_profile
+from sim.scenario.schema import Scenario, apply_overrides, scenario_from_dict
 
 
 @dataclass
@@ -101,7 +101,7 @@ class ScaledCost:
         return self.factor * self.cost.step_time(shape)
 
     def decode_steps(self, seqs, context):
-        from sim.fastforward import decode_step_times
+        from sim.loops.fastforward import decode_step_times
 
         return self.factor * decode_step_times(self.cost, seqs, context)
 
@@ -114,8 +114,8 @@ def simulate_with(scenario: Scenario, mode: str = "auto", speed: float = 1.0) ->
     ``speed`` scales every step (the machine's drift since calibration)."""
     if mode == "auto" and speed == 1.0:
         return simulate(scenario)
-    from sim.cost import CostModelExecutor, make_cost_model
-    from sim.cost.profiled import ProfiledCost
+    from sim.pricing import CostModelExecutor, make_cost_model
+    from sim.pricing.profiled import ProfiledCost
 
     base = make_cost_model(scenario)
     if mode == "step" and base.profile.step is None:
@@ -136,8 +136,8 @@ def validate(scenario: Scenario, profile_path: str | Path, setup, source: str = 
     from calibration.harness import Harness
     from calibration.probe import probe
     from engine.execute import prepare
-    from sim.cost import make_cost_model
-    from sim.cost.profiled import ProfiledCost
+    from sim.pricing import make_cost_model
+    from sim.pricing.profiled import ProfiledCost
 
     path = str(profile_path)
     profile = load_profile(path, "--profile")

@@ -23,10 +23,10 @@ import numpy as np
 import pandas as pd
 
 from calibration.fitting import fit_linear, relative_errors, table, thin
-from sim.cost.profile_schema import SCHEMA_VERSION, Device, Ops, Profile
 from sim.errors import ProfileError
-from sim.specs import ModelSpec, get_model
-from sim.workload.traces import read_csv as read_table
+from sim.pricing.profile import SCHEMA_VERSION, Device, Ops, Profile
+from sim.scenario.specs import ModelSpec, get_model
+from sim.traffic.traces import read_csv as read_table
 
 MS = 1e-3
 MAX_POINTS = 64  # per table: the shipped profiles stay small

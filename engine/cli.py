@@ -38,8 +38,8 @@ def require_torch() -> None:
 def cmd_execute(args) -> int:
     require_torch()
     from engine.execute import execute
-    from sim.cli import finish_run
-    from sim.scenario import load_scenario
+    from sim.cli.console import finish_run
+    from sim.scenario.schema import load_scenario
 
     scenario = load_scenario(args.scenario, args.set)
     result = execute(scenario, engine_setup(args), args.scenario or "<default scenario>")

@@ -16,8 +16,8 @@ import torch
 
 from engine.executor import EngineExecutor
 from sim.errors import ScenarioError
-from sim.scenario import Scenario, apply_overrides, scenario_from_dict
-from sim.simulate import RunResult, simulate
+from sim.loops.run import RunResult, simulate
+from sim.scenario.schema import Scenario, apply_overrides, scenario_from_dict
 
 CPU_KV_BYTES = 256 * 1024**2
 

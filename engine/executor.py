@@ -21,10 +21,10 @@ from engine.model import LlamaModel, OpTimer, StepInputs, no_timer, torch_dtype
 from engine.timing import synchronize
 from engine.weights import load_model
 from kernels import sample
-from sim.executor import StepResult
-from sim.plan import BatchPlan
-from sim.requests import RequestTable
-from sim.specs import ModelSpec
+from sim.core.plan import BatchPlan
+from sim.core.requests import RequestTable
+from sim.loops.executor import StepResult
+from sim.scenario.specs import ModelSpec
 
 MiB = 1024**2
 

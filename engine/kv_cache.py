@@ -13,8 +13,8 @@ from collections import deque
 import numpy as np
 import torch
 
-from sim.plan import BatchPlan
-from sim.specs import ModelSpec
+from sim.core.plan import BatchPlan
+from sim.scenario.specs import ModelSpec
 
 
 def kv_bytes_per_block(spec: ModelSpec, block_size: int, dtype: torch.dtype) -> int:

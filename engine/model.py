@@ -29,7 +29,7 @@ from kernels import (
     silu_and_mul,
     write_kv_cache,
 )
-from sim.specs import ModelSpec
+from sim.scenario.specs import ModelSpec
 
 OpTimer = Callable[[str], AbstractContextManager]
 

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from engine.model import LlamaModel
-from sim.specs import ModelSpec, get_model, model_from_hf_config
+from sim.scenario.specs import ModelSpec, get_model, model_from_hf_config
 
 # -- random ----------------------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """Studies: many simulations of one base scenario, to answer a planning question.
 
 ``load_study`` reads a study file, ``plan_study`` expands and validates its configurations,
-``execute_plan`` runs them on an executor (in-process, local pool, Ray) with resume, and
+``execute_plan`` runs them on a runner (in-process, local pool, Ray) with resume, and
 ``write_outputs`` writes the tables, the answer and report.html.
 """
 

@@ -1,4 +1,4 @@
-"""``servesim study`` and ``servesim compare``: registered through sim.commands."""
+"""``servesim study`` and ``servesim compare``: registered through sim.cli.commands."""
 
 from __future__ import annotations
 
@@ -26,9 +26,9 @@ def _parse_sets(items: list[str]) -> dict:
     return out
 
 
-def _executor_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--executor", choices=["local", "ray"], default="local",
-                   help="local: a process pool on this machine (default); ray: Ray tasks")
+def _runner_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--runner", "--executor", dest="runner", choices=["local", "ray"], default="local",
+                   help="where runs go: local, a process pool on this machine (default); ray, Ray tasks")
     p.add_argument("--jobs", "-j", type=int, default=None,
                    help="parallel runs (default: all cores; 1 runs in this process)")
     p.add_argument("--address", default=None,
@@ -51,7 +51,7 @@ def register(sub) -> None:
                     help="run again the runs that failed last time")
     st.add_argument("--dry-run", action="store_true",
                     help="validate and list the configurations, run nothing")
-    _executor_args(st)
+    _runner_args(st)
     st.set_defaults(func=cmd_study)
 
     cp = sub.add_parser("compare", help="run scenarios on the same traffic, side by side")
@@ -62,7 +62,7 @@ def register(sub) -> None:
     cp.add_argument("--own-traffic", action="store_true",
                     help="keep each scenario's own workload, seed and SLO (default: all use "
                          "the first scenario's)")
-    _executor_args(cp)
+    _runner_args(cp)
     cp.set_defaults(func=cmd_compare)
 
 
@@ -73,11 +73,11 @@ def _progress_bar(console):
 
 
 def cmd_study(args) -> int:
-    from sim.cli import console, err_console
+    from sim.cli.console import console, err_console
     from sim.study.driver import execute_plan
-    from sim.study.executors import make_executor
     from sim.study.plan import plan_study
     from sim.study.report import write_outputs
+    from sim.study.runners import make_runner
     from sim.study.schema import load_study
     from sim.study.store import RunStore
 
@@ -99,7 +99,7 @@ def cmd_study(args) -> int:
         store.forget_errors()
     if store.records:
         err_console.print(f"resuming: {len(store.records)} runs already in {out / store.path.name}")
-    with make_executor(args.executor, args.jobs, args.address) as ex, \
+    with make_runner(args.runner, args.jobs, args.address) as ex, \
             _progress_bar(err_console) as bar:
         task = bar.add_task(f"{plan.name} ({ex.workers} workers)", total=None, extra="")
 
@@ -150,14 +150,14 @@ def print_answer(run, console, limit: int = 20) -> None:
 
 
 def cmd_compare(args) -> int:
-    from sim.cli import console, err_console
+    from sim.cli.console import console, err_console
     from sim.study.compare import load_entries, run_entries, summary_frame, write_compare
-    from sim.study.executors import make_executor
     from sim.study.report import _fmt
+    from sim.study.runners import make_runner
 
     entries = load_entries(args.scenarios, _parse_sets(args.set), not args.own_traffic)
     jobs = args.jobs or min(len(entries), os.cpu_count() or 1)
-    with make_executor(args.executor, jobs, args.address) as ex, \
+    with make_runner(args.runner, jobs, args.address) as ex, \
             err_console.status(f"running {len(entries)} scenarios"):
         run_entries(entries, ex)
     out = Path(args.out)

@@ -11,11 +11,11 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from sim.report import figure_html, latency_cdfs, page
-from sim.scenario import Scenario, scenario_from_dict
-from sim.study.executors import Executor
+from sim.results.report import figure_html, latency_cdfs, page
+from sim.scenario.schema import Scenario, scenario_from_dict
 from sim.study.overrides import apply
 from sim.study.plan import RunSpec, read_scenario_mapping, run_key
+from sim.study.runners import Runner
 from sim.study.schema import StudyError
 
 BAR_METRICS = [("ttft_p50", "TTFT p50 (s)"), ("ttft_p99", "TTFT p99 (s)"),
@@ -84,12 +84,12 @@ def load_entries(paths: list[str], overrides: dict, same_traffic: bool) -> list[
     return entries
 
 
-def run_entries(entries: list[Entry], executor: Executor) -> None:
+def run_entries(entries: list[Entry], runner: Runner) -> None:
     for i, e in enumerate(entries):
-        executor.submit(RunSpec(run_key(e.data), i, None, e.data, str(e.path.parent),
+        runner.submit(RunSpec(run_key(e.data), i, None, e.data, str(e.path.parent),
                                 str(e.path), keep_requests=True))
-    while executor.in_flight:
-        spec, rec = executor.next_done()
+    while runner.in_flight:
+        spec, rec = runner.next_done()
         entries[spec.config].record = rec
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from sim.specs import get_gpu
+from sim.scenario.specs import get_gpu
 
 
 def gpu_inventory(scenario) -> dict[str, int]:

@@ -8,9 +8,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sim.study.executors import Executor
 from sim.study.objectives import Outcome, evaluate, make_searches
 from sim.study.plan import Plan
+from sim.study.runners import Runner
 from sim.study.search import Search
 from sim.study.store import RunStore
 
@@ -41,7 +41,7 @@ def _total(searches: list[Search]) -> int:
     return sum(len(s.records) if s.done else max(s.max_runs, len(s.records)) for s in searches)
 
 
-def execute_plan(plan: Plan, store: RunStore, executor: Executor,
+def execute_plan(plan: Plan, store: RunStore, runner: Runner,
                  on_progress: Callable[[Progress], None] | None = None) -> StudyRun:
     """Run the plan to completion (or until Ctrl-C, keeping every finished run)."""
     wall = time.perf_counter()
@@ -73,15 +73,15 @@ def execute_plan(plan: Plan, store: RunStore, executor: Executor,
                         waiting[spec.key].append((s, rate))
                     else:
                         waiting[spec.key] = [(s, rate)]
-                        executor.submit(spec)
+                        runner.submit(spec)
                 asked = s.wanted() if again else []
 
     interrupted = False
     try:
         feed()
         tick()
-        while executor.in_flight:
-            spec, rec = executor.next_done()
+        while runner.in_flight:
+            spec, rec = runner.next_done()
             cfg = plan.configs[spec.config]
             store.append({**rec, "config": cfg.label, "rate": spec.rate})
             for s, rate in waiting.pop(spec.key, []):
@@ -92,7 +92,7 @@ def execute_plan(plan: Plan, store: RunStore, executor: Executor,
             tick()
     except KeyboardInterrupt:
         interrupted = True
-        executor.close(cancel=True)
+        runner.close(cancel=True)
     finally:
         store.close()
     outcome = evaluate(plan, searches)

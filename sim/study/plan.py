@@ -12,7 +12,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from sim.errors import InputError, ScenarioError
-from sim.scenario import Scenario, scenario_from_dict
+from sim.scenario.schema import Scenario, scenario_from_dict
 from sim.study.cost import cost_per_hour, gpu_inventory
 from sim.study.overrides import apply, canonical, get_path, set_path, short_names, show
 from sim.study.schema import Curves, MaxRate, Study, StudyError
@@ -260,7 +260,7 @@ def _check_traffic(scenario: Scenario, data: dict, source: str, label: str, seen
     if key in seen:
         return
     seen.add(key)
-    from sim.workload import build_workload
+    from sim.traffic import build_workload
 
     try:
         build_workload(scenario)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import plotly.graph_objects as go
 
-from sim.report import figure_html, page
+from sim.results.report import figure_html, page
 from sim.study import figures
 from sim.study.driver import StudyRun
 from sim.study.objectives import default_pareto

@@ -194,7 +194,7 @@ class Study(Strict):
     @field_validator("prices")
     @classmethod
     def _known_gpus(cls, v: dict[str, float]) -> dict[str, float]:
-        from sim.specs import get_gpu
+        from sim.scenario.specs import get_gpu
 
         out = {}
         for name, price in v.items():

@@ -2,7 +2,7 @@
 
 A search never runs anything; the driver asks ``wanted()`` for rates, runs them (or finds
 them already done) and hands each record back with ``record``. The sequence of probes
-depends only on the records, so any executor, in any order, gives the same answer.
+depends only on the records, so any runner, in any order, gives the same answer.
 """
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ def execute_run(spec: RunSpec) -> dict:
     """Simulate one configuration; returns the run's record (``requests`` only if asked)."""
     wall = time.perf_counter()
     try:
-        from sim.scenario import scenario_from_dict
-        from sim.simulate import simulate
+        from sim.loops.run import simulate
+        from sim.scenario.schema import scenario_from_dict
 
         scenario = scenario_from_dict(spec.data, spec.source, spec.base_dir)
         result = simulate(scenario)

@@ -34,7 +34,7 @@ def torch_threads():
 @pytest.fixture(scope="session")
 def quick_profile(tmp_path_factory, torch_threads) -> Path:
     """``servesim calibrate --quick --repeats 3`` of tiny-llama-12m on the CPU (seconds)."""
-    from sim.cli import main
+    from sim.cli.app import main
 
     path = tmp_path_factory.mktemp("profile") / "tiny.json"
     assert main(["calibrate", "--model", MODEL, "--quick", "--repeats", "3", "--no-progress",

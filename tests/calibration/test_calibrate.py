@@ -7,8 +7,8 @@ import datetime as dt
 import numpy as np
 import pytest
 
-from sim.cost.profile_schema import load_profile
-from sim.specs import get_model
+from sim.pricing.profile import load_profile
+from sim.scenario.specs import get_model
 
 pytest.importorskip("torch")
 
@@ -46,9 +46,9 @@ def test_profile_has_per_op_tables_fits_and_a_step_fit(quick_profile):
 
 def test_profiled_cost_prices_steps_in_both_modes(quick_profile):
     from calibration.harness import Row, decode_rows, shape_of
-    from sim.cost.profiled import ProfiledCost
-    from sim.cost.roofline import RooflineCost
-    from sim.specs import get_gpu
+    from sim.pricing.profiled import ProfiledCost
+    from sim.pricing.roofline import RooflineCost
+    from sim.scenario.specs import get_gpu
 
     p = load_profile(quick_profile)
     roof = RooflineCost(get_model(p.model), get_gpu("H100-SXM"))

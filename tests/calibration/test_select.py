@@ -9,8 +9,8 @@ import pytest
 from calibration import select
 from calibration.harness import Row, decode_rows, shape_of
 from calibration.measure import Sample
-from sim.cost.profile_schema import LinearFit, Ops, Table
-from sim.specs import get_model
+from sim.pricing.profile import LinearFit, Ops, Table
+from sim.scenario.specs import get_model
 
 SPEC = get_model("tiny-llama-12m")
 OPS = Ops(linear=Table(x=[1, 8, 64], seconds=[1e-3, 2e-3, 8e-3]),

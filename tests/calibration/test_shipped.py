@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from sim.cost import make_cost_model
-from sim.cost.profile_schema import load_profile
-from sim.cost.profiled import ProfiledCost
-from sim.cost.roofline import RooflineCost
-from sim.scenario import load_scenario
-from sim.simulate import simulate
+from sim.loops.run import simulate
+from sim.pricing import make_cost_model
+from sim.pricing.profile import load_profile
+from sim.pricing.profiled import ProfiledCost
+from sim.pricing.roofline import RooflineCost
+from sim.scenario.schema import load_scenario
 from tests.conftest import REPO
 
 PROFILES = sorted((REPO / "calibration" / "profiles").glob("*.json"))

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from sim.cli import main
+from sim.cli.app import main
 from tests.calibration.conftest import write_scenario
 
 pytest.importorskip("torch")

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from calibration.vidur import import_vidur
-from sim.cli import main
-from sim.cost.profile_schema import load_profile
-from sim.specs import get_model
+from sim.cli.app import main
+from sim.pricing.profile import load_profile
+from sim.scenario.specs import get_model
 from tests.calibration.vidur_fixture import (
     MLP_OPS,
     TOKENS,

@@ -9,8 +9,8 @@ import torch
 
 from engine.executor import EngineExecutor
 from engine.model import LlamaModel
-from sim.plan import BatchPlan
-from sim.requests import RequestTable
+from sim.core.plan import BatchPlan
+from sim.core.requests import RequestTable
 
 
 def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:

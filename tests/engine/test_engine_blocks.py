@@ -8,8 +8,8 @@ import torch
 from engine_ref import commit, make_executor, plan_for, table_for
 
 from engine.kv_cache import BlockManager, KVCache, num_blocks_for_budget
-from sim.plan import BatchPlan
-from sim.specs import get_model
+from sim.core.plan import BatchPlan
+from sim.scenario.specs import get_model
 
 
 def _plan(ids, blocks, freed=(), preempted=()) -> BatchPlan:

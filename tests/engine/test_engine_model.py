@@ -16,7 +16,7 @@ from engine_ref import commit, dense_greedy, dense_logits, make_executor, plan_f
 from engine.model import OPS
 from engine.timing import SyncTimer
 from engine.weights import random_model
-from sim.specs import get_model
+from sim.scenario.specs import get_model
 
 TOL = {"atol": 1e-4, "rtol": 1e-4}
 

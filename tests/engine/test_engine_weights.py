@@ -10,7 +10,7 @@ import torch
 from engine_ref import dense_logits, make_executor, plan_for, table_for
 
 from engine.weights import load_model, load_safetensors, random_model, save_safetensors
-from sim.specs import get_model
+from sim.scenario.specs import get_model
 
 
 @pytest.mark.parametrize("tied", [False, True])

@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import pytest
 
-from sim.cli import main
+from sim.cli.app import main
 
 SCENARIO = """
 name: execute-small

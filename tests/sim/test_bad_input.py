@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from sim.cli import main
+from sim.cli.app import main
 
 GOOD = """
 model: llama-3-8b

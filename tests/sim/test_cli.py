@@ -9,7 +9,7 @@ import sys
 
 import pandas as pd
 
-from sim.cli import main
+from sim.cli.app import main
 
 
 def test_readme_run_command_writes_the_result_files(tmp_path):
@@ -62,7 +62,7 @@ def test_model_from_hf_config(tmp_path, capsys):
     (tmp_path / "s.yaml").write_text(
         "model: {hf_config: m, name: mine}\nworkload: {num_requests: 20}\n")
     assert main(["run", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "o")]) == 0
-    from sim.specs import model_from_hf_config
+    from sim.scenario.specs import model_from_hf_config
 
     spec = model_from_hf_config(tmp_path / "m")
     assert spec.num_kv_heads == 2 and spec.head_dim == 64 and spec.dtype == "bf16"
@@ -71,7 +71,7 @@ def test_model_from_hf_config(tmp_path, capsys):
 def test_the_simulator_cli_never_imports_torch():
     # `pip install -e .` (no engine extra) must still run `servesim run`: building the CLI,
     # with every command registered, and simulating import no torch.
-    code = ("import sys; from sim.cli import build_parser, main; build_parser(); "
+    code = ("import sys; from sim.cli.app import build_parser, main; build_parser(); "
             "main(['list', 'gpus']); assert 'torch' not in sys.modules, 'torch was imported'")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr

@@ -7,12 +7,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.cluster import Cluster
-from sim.cost import make_cost_model
-from sim.memory import memory_budget
-from sim.plan import StepShape
-from sim.simulate import simulate
-from sim.specs import get_gpu, get_model
+from sim.core.plan import StepShape
+from sim.loops.cluster import Cluster
+from sim.loops.run import simulate
+from sim.pricing import make_cost_model
+from sim.scenario.memory import memory_budget
+from sim.scenario.specs import get_gpu, get_model
 from tests.sim.helpers import scenario
 
 LONE = {"workload__num_requests": 1,
@@ -89,7 +89,7 @@ def test_layerwise_overlap_hides_the_transfer_behind_the_prefill():
 def test_transfer_time_scales_with_tensor_parallel_senders():
     import simpy
 
-    from sim.requests import RequestTable
+    from sim.core.requests import RequestTable
 
     s = scenario(**DISAGG, **LONE)
     t = RequestTable(np.zeros(1), np.array([1000]), np.array([5]))
@@ -153,7 +153,7 @@ PRESSURE = {"hardware__memory_utilization": 0.235,
 
 def test_swap_preemption_parks_kv_in_host_memory_and_brings_it_back():
     plans = []
-    from sim.cost import CostModelExecutor
+    from sim.pricing import CostModelExecutor
 
     s = scenario(scheduler__preemption="swap", **PRESSURE)
     inner = CostModelExecutor(make_cost_model(s))

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sim.errors import ScenarioError
-from sim.simulate import simulate
+from sim.loops.run import simulate
 from tests.sim.helpers import scenario, write_profile
 
 PRESSURE = {"hardware__memory_utilization": 0.235,

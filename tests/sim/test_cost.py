@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.cost import RooflineCost
-from sim.plan import StepShape
-from sim.specs import get_gpu, get_model
+from sim.core.plan import StepShape
+from sim.pricing import RooflineCost
+from sim.scenario.specs import get_gpu, get_model
 
 M, G = get_model("llama-3-8b"), get_gpu("H100-SXM")
 
@@ -66,8 +66,8 @@ def test_vectorised_pricing_equals_one_by_one():
 def test_a_profile_fit_with_features_it_cannot_have_is_refused(tmp_path, fit, features, field, words):
     import json
 
-    from sim.cost.profile_schema import load_profile
     from sim.errors import ProfileError
+    from sim.pricing.profile import load_profile
     from tests.sim.helpers import write_profile
 
     path = tmp_path / "p.json"

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from sim.simulate import simulate
+from sim.loops.run import simulate
 from tests.sim.helpers import scenario, write_profile
 
 PRESSURE = {"hardware__memory_utilization": 0.235,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.cost import CostModelExecutor, make_cost_model
-from sim.executor import StepResult
-from sim.simulate import simulate
+from sim.loops.executor import StepResult
+from sim.loops.run import simulate
+from sim.pricing import CostModelExecutor, make_cost_model
 from tests.sim.helpers import scenario
 
 POLICIES = ["static", "continuous", "chunked-prefill"]
@@ -101,7 +101,7 @@ def test_lone_request_latency_is_the_sum_of_its_step_costs(policy):
                  workload__output_len={"dist": "fixed", "value": 40})
     r = simulate(s)
     cost = make_cost_model(s)
-    from sim.plan import StepShape
+    from sim.core.plan import StepShape
 
     prefill = cost.step_time(StepShape(300, 1, 300, 300 * 300, 0, 0, 1))
     decodes = sum(cost.step_time(StepShape(1, 1, 0, 0, 1, ctx, 1)) for ctx in range(301, 340))

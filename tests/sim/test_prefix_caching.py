@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.memory import BlockAllocator
-from sim.simulate import simulate
+from sim.loops.run import simulate
+from sim.scenario.memory import BlockAllocator
 from tests.sim.helpers import scenario
 
 SHARED = {"workload__shared_prefix": {"num_prompts": 4, "length": 1600, "popularity": "uniform"},
@@ -66,7 +66,7 @@ def test_a_finished_requests_prefix_serves_the_next_one():
 def test_prefix_affinity_routes_a_prefix_to_one_replica():
     r = simulate(scenario(replicas=3, router={"policy": "prefix-affinity"},
                           scheduler__prefix_caching=True, **SHARED))
-    from sim.workload import build_workload
+    from sim.traffic import build_workload
 
     w = build_workload(scenario(replicas=3, **SHARED))
     first = np.array([w.prefix_hashes[w.prefix_offsets[i]] for i in range(len(w))])
@@ -75,9 +75,9 @@ def test_prefix_affinity_routes_a_prefix_to_one_replica():
 
 
 def test_a_fully_cached_prompt_still_computes_its_last_token():
-    from sim.policies import make_policy
-    from sim.requests import RequestTable
-    from sim.scenario import Scheduler
+    from sim.core.policies import make_policy
+    from sim.core.requests import RequestTable
+    from sim.scenario.schema import Scheduler
 
     t = RequestTable(np.zeros(2), np.array([64, 64]), np.array([4, 4]))
     t.prefix_offsets = np.array([0, 4, 8])

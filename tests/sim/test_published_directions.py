@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sim.simulate import simulate
+from sim.loops.run import simulate
 from tests.sim.helpers import scenario
 
 LONG_PROMPTS = {

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sim.cli import main
+from sim.cli.app import main
 from tests.browser import console_errors, render
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from sim.errors import TraceError
-from sim.scenario import load_scenario
-from sim.simulate import simulate
+from sim.loops.run import simulate
+from sim.scenario.schema import load_scenario
 from tests.conftest import AZURE_TRACE, REPO
 
 SCENARIOS = sorted((REPO / "scenarios").glob("*.yaml"))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.workload import build_workload, read_azure_trace, rescale_times
-from sim.workload.arrivals import arrival_times
+from sim.traffic import build_workload, read_azure_trace, rescale_times
+from sim.traffic.arrivals import arrival_times
 from tests.sim.helpers import scenario
 
 
@@ -97,7 +97,7 @@ def test_azure_conversation_trace(azure_trace):
 
 
 def test_rate_scale_compresses_every_class():
-    from sim.scenario import load_scenario
+    from sim.scenario.schema import load_scenario
     from tests.conftest import REPO
 
     path = REPO / "scenarios" / "multi-class.yaml"

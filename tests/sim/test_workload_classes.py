@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from sim.errors import ScenarioError
-from sim.workload import build_workload
+from sim.traffic import build_workload
 from tests.sim.helpers import scenario
 
 CHAT = {"name": "chat", "num_requests": 3000, "arrival": {"process": "poisson", "rate": 10},

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from sim.cli import main
+from sim.cli.app import main
 from sim.errors import ScenarioError, TraceError
-from sim.workload import build_workload, read_trace
-from sim.workload.schema import TraceWorkload, Workload
-from sim.workload.trace_formats import (
+from sim.traffic import build_workload, read_trace
+from sim.traffic.schema import TraceWorkload, WorkloadSpec
+from sim.traffic.trace_formats import (
     read_burstgpt_trace,
     read_mapped_trace,
     read_mooncake_trace,
@@ -174,7 +174,7 @@ def test_generic_bad_data_names_line_and_column(tmp_path, fmt, text, fragments):
 ])
 def test_schema_checks_fields_against_format(trace, loc, fragments):
     with pytest.raises(ValidationError) as e:
-        Workload.model_validate({"trace": trace})
+        WorkloadSpec.model_validate({"trace": trace})
     err = e.value.errors()[0]
     assert err["loc"] == loc
     for f in fragments:

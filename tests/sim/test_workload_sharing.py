@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from sim.errors import ScenarioError
-from sim.workload import build_workload
-from sim.workload.block_hashes import mooncake_blocks
+from sim.traffic import build_workload
+from sim.traffic.block_hashes import mooncake_blocks
 from tests.sim.helpers import scenario
 from tests.sim.test_workload_formats import write_mooncake
 

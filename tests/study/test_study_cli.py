@@ -12,7 +12,7 @@ import time
 import pandas as pd
 import yaml
 
-from sim.cli import main
+from sim.cli.app import main
 
 from .helpers import SMALL, write_study
 

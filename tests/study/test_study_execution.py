@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from sim.study.driver import execute_plan
-from sim.study.executors import LocalPoolExecutor, SerialExecutor, make_executor
 from sim.study.plan import plan_study
+from sim.study.runners import PoolRunner, SerialRunner, make_runner
 from sim.study.schema import load_study
 from sim.study.store import RunStore
 
@@ -33,7 +33,7 @@ def table(result) -> pd.DataFrame:
     return result.outcome.runs.drop(columns=VOLATILE).reset_index(drop=True)
 
 
-class Counting(SerialExecutor):
+class Counting(SerialRunner):
     """In-process, counting what it is asked to run; can be 'interrupted' after n runs."""
 
     def __init__(self, interrupt_after: int | None = None):
@@ -56,11 +56,11 @@ class Counting(SerialExecutor):
 @pytest.fixture(scope="module")
 def serial_result(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("serial")
-    return execute_plan(make_plan(tmp), RunStore(tmp / "out"), SerialExecutor())
+    return execute_plan(make_plan(tmp), RunStore(tmp / "out"), SerialRunner())
 
 
 def test_local_pool_agrees_with_serial(tmp_path, serial_result):
-    with LocalPoolExecutor(2) as ex:
+    with PoolRunner(2) as ex:
         pooled = execute_plan(make_plan(tmp_path), RunStore(tmp_path / "out"), ex)
     assert pooled.progress.failed == 0
     pd.testing.assert_frame_equal(table(pooled), table(serial_result), rtol=1e-12)
@@ -70,7 +70,7 @@ def test_local_pool_agrees_with_serial(tmp_path, serial_result):
 @pytest.mark.slow
 def test_ray_agrees_with_serial(tmp_path, serial_result):
     pytest.importorskip("ray")
-    with make_executor("ray", jobs=2) as ex:
+    with make_runner("ray", jobs=2) as ex:
         ray_result = execute_plan(make_plan(tmp_path), RunStore(tmp_path / "out"), ex)
     pd.testing.assert_frame_equal(table(ray_result), table(serial_result), rtol=1e-12)
 
@@ -116,7 +116,7 @@ def test_a_broken_run_does_not_sink_the_study(tmp_path):
     # Break one configuration after validation, as a run that fails inside the simulator.
     bad = plan.configs[1]
     plan.configs[1] = dataclasses.replace(bad, data={**bad.data, "replicas": "many"})
-    with LocalPoolExecutor(2) as ex:
+    with PoolRunner(2) as ex:
         result = execute_plan(plan, RunStore(tmp_path / "out"), ex)
     cfg = result.outcome.configs.set_index("config_index")
     assert cfg.loc[1, "outcome"] == "error" and "replicas" in cfg.loc[1, "error"]
@@ -131,7 +131,7 @@ def test_a_worker_that_dies_is_recorded_and_the_pool_recovers(tmp_path):
     study = {"vary": {"grid": {"replicas": [1, 3, 2]}},
              "objective": {"kind": "curves", "rates": [5, 10]}}
     plan = make_plan(tmp_path, study)
-    with LocalPoolExecutor(2, fn=crash_on_replicas_3) as ex:
+    with PoolRunner(2, fn=crash_on_replicas_3) as ex:
         result = execute_plan(plan, RunStore(tmp_path / "out"), ex)
     runs = result.outcome.runs
     dead = runs[runs["replicas"] == 3]
@@ -143,7 +143,7 @@ def test_a_worker_that_dies_is_recorded_and_the_pool_recovers(tmp_path):
 def test_pool_workers_leave_ctrl_c_to_the_parent(tmp_path):
     """A terminal's Ctrl-C reaches every worker; they ignore it, the parent stops them."""
     plan = make_plan(tmp_path)
-    with LocalPoolExecutor(2, fn=report_sigint_handler) as ex:
+    with PoolRunner(2, fn=report_sigint_handler) as ex:
         for config in plan.configs[:2]:
             ex.submit(plan.spec(config, 5.0))
         records = [ex.next_done()[1] for _ in range(2)]
@@ -183,8 +183,8 @@ def test_a_pool_that_breaks_between_wait_and_submit_recovers(tmp_path, monkeypat
                                 "objective": {"kind": "curves", "rates": [5, 10]}})
     specs = [plan.spec(c, rate) for c in plan.configs for rate in (5.0, 10.0)]
     deadly = specs[2].key
-    monkeypatch.setattr(LocalPoolExecutor, "_new_pool", lambda self: RacyPool({deadly}))
-    ex = LocalPoolExecutor(2)
+    monkeypatch.setattr(PoolRunner, "_new_pool", lambda self: RacyPool({deadly}))
+    ex = PoolRunner(2)
     for spec in specs:
         ex.submit(spec)
     got = {spec.key: rec for spec, rec in (ex.next_done() for _ in specs)}

@@ -12,11 +12,11 @@ import copy
 
 import pytest
 
-from sim.scenario import scenario_from_dict
-from sim.simulate import simulate
+from sim.loops.run import simulate
+from sim.scenario.schema import scenario_from_dict
 from sim.study.driver import execute_plan
-from sim.study.executors import SerialExecutor
 from sim.study.plan import plan_study
+from sim.study.runners import SerialRunner
 from sim.study.schema import load_study
 from sim.study.store import RunStore
 
@@ -37,7 +37,7 @@ def known_max_rate(s: float, n: int, limit: float = 0.1, target: float = 0.9) ->
 
 def run(path, tmp_path):
     plan = plan_study(load_study(path), path)
-    return execute_plan(plan, RunStore(tmp_path / "out"), SerialExecutor())
+    return execute_plan(plan, RunStore(tmp_path / "out"), SerialRunner())
 
 
 def test_max_rate_search_lands_on_the_analytic_answer(tmp_path):

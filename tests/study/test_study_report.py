@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from sim.cli import main
+from sim.cli.app import main
 from sim.study.driver import execute_plan
-from sim.study.executors import SerialExecutor
 from sim.study.plan import plan_study
 from sim.study.report import build_figures, write_outputs, write_pngs
+from sim.study.runners import SerialRunner
 from sim.study.schema import load_study
 from sim.study.store import RunStore
 from tests.browser import console_errors, render
@@ -25,7 +25,7 @@ def study_run(tmp_path_factory):
              "objective": {"kind": "curves", "rates": [4, 16, 32]}}
     path = write_study(tmp, study, SMALL)
     run = execute_plan(plan_study(load_study(path), path), RunStore(tmp / "out"),
-                       SerialExecutor())
+                       SerialRunner())
     write_outputs(run, tmp / "out")
     return run, tmp / "out"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sim.cli import main
+from sim.cli.app import main
 from sim.study.plan import plan_study, run_key
 from sim.study.schema import StudyError, load_study
 

@@ -7,11 +7,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from sim.cli import main
-from sim.scenario import Scenario
+from sim.cli.app import main
+from sim.scenario.schema import Scenario
 from sim.study.driver import execute_plan
-from sim.study.executors import SerialExecutor
 from sim.study.plan import has_field, plan_study
+from sim.study.runners import SerialRunner
 from sim.study.schema import StudyError, load_study
 from sim.study.store import RunStore
 
@@ -63,7 +63,7 @@ def test_configurations_that_do_not_fit_are_skipped_or_rejected(tmp_path):
     plan = plan_study(load_study(path), path)
     assert [bool(c.skipped) for c in plan.configs] == [True, False]
     assert "does not fit" in plan.configs[0].skipped
-    run = execute_plan(plan, RunStore(tmp_path / "out"), SerialExecutor())
+    run = execute_plan(plan, RunStore(tmp_path / "out"), SerialRunner())
     cfg = run.outcome.configs.set_index("hardware.tp")
     assert cfg.loc[2, "outcome"] == "skipped" and "does not fit" in cfg.loc[2, "error"]
     assert len(run.outcome.runs) == 1 and run.outcome.best["hardware.tp"] == 4

@@ -1,0 +1,48 @@
+"""Cost models: from a step's shape to its duration."""
+
+from __future__ import annotations
+
+from sim.core.plan import BatchPlan
+from sim.core.requests import RequestTable
+from sim.loops.executor import StepResult
+from sim.pricing.roofline import RooflineCost, roofline_for
+
+
+class CostModelExecutor:
+    """The simulator's executor: a step takes what the cost model predicts."""
+
+    def __init__(self, cost):
+        self.cost = cost
+
+    def run(self, plan: BatchPlan, table: RequestTable) -> StepResult:
+        return StepResult(float(self.cost.step_time(plan.shape())))
+
+
+def make_cost_model(scenario, replica=None):
+    """The cost model of one replica (the first by default): the roofline, or a calibration
+    profile (checked against the scenario's model) priced with the roofline's help."""
+    roofline = roofline_for(scenario, replica)
+    if scenario.cost.model != "profile":
+        return roofline
+    from sim.errors import ProfileError
+    from sim.pricing.profile import load_profile
+    from sim.pricing.profiled import ProfiledCost
+
+    path = scenario.resolve(scenario.cost.profile)
+    profile = load_profile(path)
+    m = scenario.model_spec
+    expected = {"num_layers": m.num_layers, "hidden_size": m.hidden_size, "num_heads": m.num_heads,
+                "num_kv_heads": m.num_kv_heads, "intermediate_size": m.intermediate_size}
+    wrong = {k: (v, profile.model_shape.get(k)) for k, v in expected.items()
+             if k in profile.model_shape and profile.model_shape[k] != v}
+    if wrong:
+        detail = ", ".join(f"{k} {got} (scenario's {m.name}: {want})" for k, (want, got) in wrong.items())
+        raise ProfileError(str(path), "model_shape",
+                           f"profile measured {profile.model}, whose shape differs: {detail}")
+    hw = (replica or scenario.replica_specs[0]).hardware
+    if profile.tp != hw.tp:
+        raise ProfileError(str(path), "tp", f"profile measured at tp={profile.tp}, scenario uses tp={hw.tp}")
+    return ProfiledCost(profile, roofline)
+
+
+__all__ = ["CostModelExecutor", "RooflineCost", "make_cost_model", "roofline_for"]

@@ -1,0 +1,464 @@
+"""The scenario schema: a typed, validated description of a serving setup and its traffic.
+
+Errors name the file, the field path and what was expected. ``load_scenario`` reads YAML
+(or the embedded default), applies ``--set`` overrides and validates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any, Literal, get_args
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from sim.errors import ScenarioError
+from sim.scenario.memory import MemoryBudget, memory_budget
+from sim.scenario.specs import GpuSpec, ModelSpec, get_gpu, get_model, model_from_hf_config
+from sim.traffic.schema import Slo, Strict, WorkloadSpec
+
+Fraction = Annotated[float, Field(gt=0, le=1)]
+
+
+# -- the serving system ----------------------------------------------------------------------
+class HfConfigModel(Strict):
+    hf_config: str  # a config.json, or the folder holding it
+    name: str | None = None
+
+
+Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
+KvDtype = Literal["fp32", "bf16", "fp16", "fp8", "int8"]
+
+
+class Quantization(Strict):
+    """Weight dtype (fp8/int8: W8A8 on tensor cores; int4: weight-only) and KV-cache dtype.
+    Unset means the model's own dtype."""
+
+    weights: Dtype | None = None
+    kv_cache: KvDtype | None = None
+
+
+def _catalog_name(lookup, name: str) -> str:
+    """A catalog entry's canonical name; an unknown one fails validation with the catalog's message."""
+    try:
+        return lookup(name).name
+    except KeyError as e:
+        raise ValueError(e.args[0]) from None
+
+
+class Hardware(Strict):
+    gpu: str = "H100-SXM"
+    tp: PositiveInt = 1
+    pp: PositiveInt = 1
+    expert_parallel: bool = False  # MoE: split experts over the TP GPUs instead of their columns
+    memory_utilization: Fraction = 0.9
+    activation_reserve_gb: NonNegativeFloat | None = None  # None: estimated from the model
+    host_memory_gb: NonNegativeFloat = 64.0  # swap space per replica for preemption by swap
+    kv_blocks: PositiveInt | None = None  # fixed KV blocks per replica (overrides the budget)
+
+    @field_validator("gpu")
+    @classmethod
+    def _known_gpu(cls, v: str) -> str:
+        return _catalog_name(get_gpu, v)
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.pp
+
+
+class Speculative(Strict):
+    """Speculative decoding: a draft model proposes ``num_tokens`` tokens, the target verifies
+    them in one step and keeps each with probability ``acceptance_rate`` (until the first
+    rejection), plus one token of its own."""
+
+    draft_model: str
+    num_tokens: PositiveInt = 4
+    acceptance_rate: Annotated[float, Field(ge=0, lt=1)] = 0.7
+
+    @field_validator("draft_model")
+    @classmethod
+    def _known_model(cls, v: str) -> str:
+        return _catalog_name(get_model, v)
+
+
+class Scheduler(Strict):
+    policy: Literal["static", "continuous", "chunked-prefill"] = "continuous"
+    max_num_seqs: PositiveInt = 256
+    max_batched_tokens: PositiveInt = 8192  # tokens in one step (continuous batching)
+    chunk_size: PositiveInt = 512  # token budget of one step (chunked prefill)
+    block_size: PositiveInt = 16
+    batch_size: PositiveInt = 32  # static batching
+    batch_timeout_s: NonNegativeFloat = 0.1  # static batching: longest wait to fill a batch
+    watermark: Annotated[float, Field(ge=0, lt=0.5)] = 0.01  # KV blocks kept free at admission
+    preemption: Literal["recompute", "swap"] = "recompute"
+    prefix_caching: bool = False
+    speculative: Speculative | None = None
+
+    @model_validator(mode="after")
+    def _budget_holds_decodes(self):
+        if self.policy == "chunked-prefill" and self.chunk_size < self.max_num_seqs:
+            raise ValueError(
+                f"chunk_size ({self.chunk_size}) must be ≥ max_num_seqs ({self.max_num_seqs}): "
+                "every running request decodes one token of the step's budget")
+        if self.policy == "static" and (self.prefix_caching or self.preemption == "swap"
+                                        or self.speculative):
+            raise ValueError("static batching reserves memory whole: prefix_caching, swap "
+                             "preemption and speculative decoding need continuous or chunked-prefill")
+        return self
+
+
+class ReplicaGroup(Strict):
+    """``count`` identical replicas; fields left out take the scenario's top-level values."""
+
+    count: PositiveInt = 1
+    hardware: Hardware | None = None
+    scheduler: Scheduler | None = None
+
+
+LINKS = {  # type: (bytes/s per GPU, latency s)
+    "nvlink": (450e9, 2e-6),
+    "infiniband": (50e9, 5e-6),  # 400 Gb/s NDR, one NIC per GPU
+    "pcie": (32e9, 10e-6),
+    "ethernet": (12.5e9, 30e-6),  # 100 GbE
+}
+
+
+class Link(Strict):
+    type: Literal["nvlink", "infiniband", "pcie", "ethernet"] = "infiniband"
+    bandwidth_gbps: PositiveFloat | None = None  # GB/s per GPU (default: by type)
+    latency_s: NonNegativeFloat | None = None
+    layerwise_overlap: bool = False  # send each layer's KV as soon as it is computed
+
+    @property
+    def bandwidth(self) -> float:
+        return self.bandwidth_gbps * 1e9 if self.bandwidth_gbps else LINKS[self.type][0]
+
+    @property
+    def latency(self) -> float:
+        return LINKS[self.type][1] if self.latency_s is None else self.latency_s
+
+
+class Disaggregation(Strict):
+    """Separate prefill and decode pools (DistServe, Splitwise, Mooncake); the KV cache moves
+    from a prefill replica to a decode replica over ``link`` after the prompt is processed."""
+
+    prefill: ReplicaGroup = ReplicaGroup()
+    decode: ReplicaGroup = ReplicaGroup()
+    link: Link = Link()
+
+
+class Router(Strict):
+    policy: Literal["round-robin", "least-outstanding", "least-kv", "power-of-two",
+                    "prefix-affinity"] = "round-robin"
+
+
+class Cost(Strict):
+    model: Literal["roofline", "profile"] = "roofline"
+    profile: str | None = None  # a calibration profile (servesim calibrate), for model: profile
+    compute_efficiency: Fraction = 0.6  # share of peak FLOP/s matmuls reach
+    memory_efficiency: Fraction = 0.8  # share of peak HBM bandwidth
+    step_overhead_s: NonNegativeFloat = 0.002  # scheduling, launch and sampling per step
+
+    @model_validator(mode="after")
+    def _profile_given(self):
+        if self.model == "profile" and not self.profile:
+            raise ValueError("model: profile needs profile: FILE (from servesim calibrate)")
+        return self
+
+
+class Simulation(Strict):
+    # auto: the compiled loop where it applies (sim/compiled), else SimPy; both give identical
+    # results. simpy: always the reference loop. compiled: an error says what it cannot run.
+    loop: Literal["auto", "simpy", "compiled"] = "auto"
+    fast_forward: bool = True  # SimPy loop: jump over decode steps where nothing changes
+
+
+@dataclass(frozen=True)
+class ReplicaSpec:
+    """One replica, resolved: its role, hardware, scheduler and KV memory."""
+
+    index: int
+    role: str  # colocated | prefill | decode
+    hardware: Hardware
+    scheduler: Scheduler
+    memory: MemoryBudget
+
+    @property
+    def gpu(self) -> GpuSpec:
+        return get_gpu(self.hardware.gpu)
+
+
+class Scenario(Strict):
+    name: str = "scenario"
+    seed: int = 0
+    model: str | HfConfigModel = "llama-3-8b"
+    hardware: Hardware = Hardware()
+    quantization: Quantization = Quantization()
+    replicas: PositiveInt = 1
+    replica_groups: list[ReplicaGroup] | None = None  # heterogeneous replicas (replaces replicas)
+    disaggregation: Disaggregation | None = None  # prefill/decode pools (replaces replicas)
+    router: Router = Router()
+    scheduler: Scheduler = Scheduler()
+    workload: WorkloadSpec = WorkloadSpec()
+    cost: Cost = Cost()
+    slo: Slo = Slo()
+    simulation: Simulation = Simulation()
+
+    model_config = ConfigDict(extra="forbid", frozen=True, ignored_types=(cached_property,))
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, v):
+        if isinstance(v, str):
+            _catalog_name(get_model, v)
+        return v
+
+    @model_validator(mode="after")
+    def _one_layout(self):
+        if self.replica_groups is not None and self.disaggregation is not None:
+            raise ValueError("give replica_groups or disaggregation, not both")
+        return self
+
+    # Resolved specs; ``base_dir`` is where relative paths in the scenario start from.
+    base_dir: str = Field(default=".", exclude=True, repr=False)
+
+    @cached_property
+    def model_spec(self) -> ModelSpec:
+        if isinstance(self.model, str):
+            return get_model(self.model)
+        return model_from_hf_config(self.resolve(self.model.hf_config), self.model.name)
+
+    @cached_property
+    def gpu_spec(self) -> GpuSpec:
+        return get_gpu(self.hardware.gpu)
+
+    def memory_for(self, hw: Hardware, sch: Scheduler) -> MemoryBudget:
+        step_tokens = sch.chunk_size if sch.policy == "chunked-prefill" else sch.max_batched_tokens
+        act = None if hw.activation_reserve_gb is None else hw.activation_reserve_gb * 1024**3
+        return memory_budget(
+            self.model_spec, get_gpu(hw.gpu), tp=hw.tp, pp=hw.pp,
+            utilization=hw.memory_utilization, block_size=sch.block_size,
+            max_batched_tokens=step_tokens, max_num_seqs=sch.max_num_seqs,
+            activation_bytes=act, weight_dtype=self.quantization.weights,
+            kv_dtype=self.quantization.kv_cache, expert_parallel=hw.expert_parallel,
+            fixed_blocks=hw.kv_blocks,
+        )
+
+    @cached_property
+    def memory(self) -> MemoryBudget:
+        """The first replica's memory (all of them, for homogeneous scenarios)."""
+        return self.replica_specs[0].memory
+
+    @cached_property
+    def replica_specs(self) -> list[ReplicaSpec]:
+        groups: list[tuple[str, ReplicaGroup]]
+        if self.disaggregation is not None:
+            groups = [("prefill", self.disaggregation.prefill), ("decode", self.disaggregation.decode)]
+        elif self.replica_groups is not None:
+            groups = [("colocated", g) for g in self.replica_groups]
+        else:
+            groups = [("colocated", ReplicaGroup(count=self.replicas))]
+        specs: list[ReplicaSpec] = []
+        for role, g in groups:
+            hw, sch = g.hardware or self.hardware, g.scheduler or self.scheduler
+            mem = self.memory_for(hw, sch)
+            for _ in range(g.count):
+                specs.append(ReplicaSpec(len(specs), role, hw, sch, mem))
+        return specs
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(r.hardware.num_gpus for r in self.replica_specs)
+
+    @property
+    def kv_blocks_total(self) -> int:
+        return sum(r.memory.num_blocks for r in self.replica_specs)
+
+    def resolve(self, path: str) -> Path:
+        p = Path(path).expanduser()
+        return p if p.is_absolute() else Path(self.base_dir) / p
+
+
+DEFAULT_SCENARIO = "default.yaml"
+
+
+def _set_path(data: dict, dotted: str, value: Any, source: str) -> None:
+    """Set ``a.b.c`` in nested mappings; a number indexes a list (``workload.classes.1.priority``)."""
+    keys = dotted.split(".")
+    node: Any = data
+    for i, key in enumerate(keys):
+        here = ".".join(keys[: i + 1])
+        last = i == len(keys) - 1
+        if isinstance(node, list):
+            if not key.isdigit() or int(key) >= len(node):
+                raise ScenarioError(source, here, f"expected an index below {len(node)} into the list")
+            if last:
+                node[int(key)] = value
+                return
+            node = node[int(key)]
+            continue
+        if not isinstance(node, dict):
+            raise ScenarioError(source, ".".join(keys[:i]), f"is a {type(node).__name__}, cannot set {dotted}")
+        if last:
+            node[key] = value
+            return
+        child = node.get(key)
+        if child is None or (isinstance(child, str) and key == "model"):
+            child = node[key] = {}
+        node = child
+
+
+def apply_overrides(data: dict, overrides: list[str], source: str) -> dict:
+    """Apply ``field.path=value`` overrides; values are parsed as YAML (``8``, ``true``, ``[1,2]``)."""
+    for item in overrides:
+        if "=" not in item:
+            raise ScenarioError("--set", item, "expected field.path=value")
+        dotted, raw = item.split("=", 1)
+        try:
+            value = yaml.safe_load(raw) if raw else ""
+        except yaml.YAMLError:
+            value = raw
+        _set_path(data, dotted.strip(), value, f"{source} (--set)")
+    return data
+
+
+def _union_fields(model: type[BaseModel], seen: set | None = None) -> set[str]:
+    """Names of the schema's fields whose type is a union (pydantic puts the chosen branch's
+    tag right after them in error locations; users never wrote that tag)."""
+    seen = set() if seen is None else seen
+    names: set[str] = set()
+    if model in seen:
+        return names
+    seen.add(model)
+    for name, info in model.model_fields.items():
+        ann = info.annotation
+        args = [a for a in get_args(ann) if a is not type(None)]
+        while len(args) == 1 and get_args(args[0]):
+            args = [a for a in get_args(args[0]) if a is not type(None)]
+        if len(args) > 1 and any(isinstance(a, type) and issubclass(a, BaseModel) for a in args):
+            names.add(name)
+        for a in [ann, *args, *(x for arg in args for x in get_args(arg))]:
+            if isinstance(a, type) and issubclass(a, BaseModel):
+                names |= _union_fields(a, seen)
+    return names
+
+
+def _format_loc(loc: tuple) -> str:
+    parts: list[str] = []
+    unions = _union_fields(Scenario)
+    previous = None
+    for p in loc:
+        if isinstance(p, int):
+            parts.append(f"[{p}]")
+        elif (previous in unions and previous != p) or str(p).startswith("function-"):
+            previous = None
+            continue  # a union's branch tag
+        else:
+            parts.append(("." if parts else "") + str(p))
+        previous = p
+    return "".join(parts) or "(top level)"
+
+
+def scenario_from_dict(data: Any, source: str, base_dir: str | Path = ".") -> Scenario:
+    if not isinstance(data, dict):
+        raise ScenarioError(source, None, f"expected a mapping of fields, got {type(data).__name__}")
+    try:
+        scenario = Scenario.model_validate({**data, "base_dir": str(base_dir)})
+    except ValidationError as e:
+        err = e.errors()[0]
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field"
+        elif "input" in err and err["type"] not in ("missing",):
+            msg = f"{msg} (got {err['input']!r})"
+        more = f" (and {len(e.errors()) - 1} more problems)" if len(e.errors()) > 1 else ""
+        raise ScenarioError(source, _format_loc(err["loc"]), msg + more) from None
+    check_feasible(scenario, source)
+    return scenario
+
+
+def check_feasible(s: Scenario, source: str) -> None:
+    """Cross-field checks that need the specs: does the model fit on every replica at all?"""
+    try:
+        spec = s.model_spec
+    except (OSError, KeyError, ValueError) as e:
+        raise ScenarioError(source, "model.hf_config", f"cannot read a model config: {e}") from None
+    if s.scheduler.speculative and s.scheduler.speculative.draft_model == spec.name:
+        raise ScenarioError(source, "scheduler.speculative.draft_model",
+                            "must be a smaller model than the target")
+    gib = 1024**3
+    for r in s.replica_specs:
+        hw, mem = r.hardware, r.memory
+        field = _hardware_field(s, r)
+        if mem.num_blocks < 1:
+            raise ScenarioError(
+                source, field,
+                f"{spec.name} does not fit on {hw.gpu} with tp={hw.tp}, pp={hw.pp}: weights "
+                f"{mem.weight_bytes / gib:.1f} GiB + activations {mem.activation_bytes / gib:.1f} GiB "
+                f"per GPU exceed the usable {mem.usable_bytes / gib:.1f} GiB; expected more GPUs "
+                "(tp/pp) or a larger GPU")
+        if spec.num_heads % hw.tp or (spec.num_kv_heads % hw.tp and hw.tp % spec.num_kv_heads):
+            raise ScenarioError(source, f"{field}.tp",
+                                f"must divide the model's {spec.num_heads} attention heads "
+                                f"({spec.num_kv_heads} KV heads)")
+        if spec.num_layers < hw.pp:
+            raise ScenarioError(source, f"{field}.pp", f"exceeds the model's {spec.num_layers} layers")
+        if hw.expert_parallel and spec.num_experts % hw.tp:
+            raise ScenarioError(source, f"{field}.expert_parallel",
+                                f"needs tp to divide the model's {spec.num_experts} experts "
+                                f"({'a dense model' if not spec.is_moe else ''})".replace(" ()", ""))
+
+
+def _hardware_field(s: Scenario, r: ReplicaSpec) -> str:
+    if s.disaggregation is not None:
+        g = getattr(s.disaggregation, r.role)
+        return f"disaggregation.{r.role}.hardware" if g.hardware else "hardware"
+    if s.replica_groups is not None:
+        i, seen = 0, 0
+        for i, g in enumerate(s.replica_groups):  # noqa: B007
+            seen += g.count
+            if r.index < seen:
+                break
+        return f"replica_groups[{i}].hardware" if s.replica_groups[i].hardware else "hardware"
+    return "hardware"
+
+
+def load_scenario(path: str | Path | None = None, overrides: list[str] | None = None) -> Scenario:
+    """Read a scenario file (or the embedded default when ``path`` is None) and validate it."""
+    if path is None:
+        source = f"<default scenario {DEFAULT_SCENARIO}>"
+        text = resources.files("sim.scenario.data").joinpath(DEFAULT_SCENARIO).read_text()
+        base_dir: Path = Path.cwd()
+    else:
+        path = Path(path)
+        source = str(path)
+        if not path.is_file():
+            raise ScenarioError(source, None, "no such scenario file")
+        text = path.read_text()
+        base_dir = path.parent
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "somewhere"
+        raise ScenarioError(source, None, f"not valid YAML ({where}): {getattr(e, 'problem', e)}") \
+            from None
+    data = {} if data is None else data
+    if overrides:
+        if not isinstance(data, dict):
+            raise ScenarioError(source, None, "expected a mapping of fields")
+        data = apply_overrides(data, overrides, source)
+    return scenario_from_dict(data, source, base_dir)

@@ -1,0 +1,14 @@
+"""Catalogs of model architectures and GPUs."""
+
+from sim.scenario.specs.gpus import GPU_CATALOG, GpuSpec, get_gpu
+from sim.scenario.specs.models import MODEL_CATALOG, ModelSpec, get_model, model_from_hf_config
+
+__all__ = [
+    "GPU_CATALOG",
+    "MODEL_CATALOG",
+    "GpuSpec",
+    "ModelSpec",
+    "get_gpu",
+    "get_model",
+    "model_from_hf_config",
+]

@@ -1,0 +1,242 @@
+"""Where runs execute: in this process, a local process pool, or Ray.
+
+Every runner takes run specs with ``submit`` and hands back finished records, one at a
+time and in any order, with ``next_done``. A run's result depends only on its spec, so the
+runners agree: same seeds, same results.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+
+from sim.study.plan import RunSpec
+from sim.study.worker import execute_run
+
+RunFn = Callable[[RunSpec], dict]
+
+
+class Runner:
+    workers = 1
+
+    def submit(self, spec: RunSpec) -> None:
+        raise NotImplementedError
+
+    def next_done(self) -> tuple[RunSpec, dict]:
+        """Block until some submitted run finishes; its spec and record."""
+        raise NotImplementedError
+
+    @property
+    def in_flight(self) -> int:
+        raise NotImplementedError
+
+    def close(self, cancel: bool = False) -> None:
+        return None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, *_):
+        self.close(cancel=exc_type is not None)
+
+
+class SerialRunner(Runner):
+    """Runs in this process, one at a time (``--jobs 1``): simplest to debug."""
+
+    def __init__(self, fn: RunFn = execute_run):
+        self.fn = fn
+        self.queue: deque[RunSpec] = deque()
+
+    def submit(self, spec: RunSpec) -> None:
+        self.queue.append(spec)
+
+    def next_done(self) -> tuple[RunSpec, dict]:
+        spec = self.queue.popleft()
+        return spec, self.fn(spec)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.queue)
+
+
+def _ignore_interrupts() -> None:
+    """Workers leave Ctrl-C to the parent, which stops them and keeps the finished runs.
+
+    A terminal sends SIGINT to the whole process group; an idle worker would otherwise die
+    printing a KeyboardInterrupt traceback from inside the pool's queue.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _crashed(spec: RunSpec, why: str) -> dict:
+    return {"key": spec.key, "status": "error", "error": why, "summary": {}, "warnings": [],
+            "wall_s": 0.0}
+
+
+class PoolRunner(Runner):
+    """A pool of worker processes on this machine (all cores by default).
+
+    At most one run per worker is handed to the pool at a time. A worker that dies (killed,
+    out of memory, a crash in native code) breaks the pool: the runs it held are then run
+    again one at a time in a fresh pool, so the one that kills its worker alone is recorded
+    as failed and the others finish normally.
+    """
+
+    def __init__(self, workers: int | None = None, fn: RunFn = execute_run):
+        self.workers = workers or os.cpu_count() or 1
+        self.fn = fn
+        self.futures: dict[Future, RunSpec] = {}
+        self.backlog: deque[RunSpec] = deque()
+        self.suspects: deque[RunSpec] = deque()
+        self.alone: RunSpec | None = None  # a suspect, running by itself
+        self.ready: deque[tuple[RunSpec, dict]] = deque()
+        self.pool = self._new_pool()
+
+    def _new_pool(self) -> ProcessPoolExecutor:
+        method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+        ctx = mp.get_context(method)
+        if method == "forkserver":
+            ctx.set_forkserver_preload(["sim.study.worker"])
+        return ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=_ignore_interrupts)
+
+    def submit(self, spec: RunSpec) -> None:
+        self.backlog.append(spec)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.futures) + len(self.backlog) + len(self.suspects) + len(self.ready)
+
+    def _fill(self) -> None:
+        if self.alone is None and self.suspects:
+            spec = self.suspects.popleft()
+            if not self._hand_over(spec):
+                self.suspects.appendleft(spec)
+                return
+            self.alone = spec
+        if self.alone is None:
+            while self.backlog and len(self.futures) < self.workers:
+                spec = self.backlog.popleft()
+                if not self._hand_over(spec):
+                    self.backlog.appendleft(spec)
+                    return
+
+    def _hand_over(self, spec: RunSpec) -> bool:
+        """Give one run to the pool; False when the pool broke since we last looked.
+
+        A worker can die between ``wait`` returning and the next submit. The runs it held
+        are still among our futures and will report ``BrokenProcessPool``; this one waits.
+        """
+        try:
+            self.futures[self.pool.submit(self.fn, spec)] = spec
+        except BrokenProcessPool:
+            if not self.futures:  # nothing left to report the break: start over now
+                self._recover([])
+            return False
+        return True
+
+    def next_done(self) -> tuple[RunSpec, dict]:
+        while not self.ready:
+            self._fill()
+            done, _ = wait(list(self.futures), return_when=FIRST_COMPLETED)
+            broken = []
+            for fut in done:
+                spec = self.futures.pop(fut)
+                try:
+                    rec = fut.result()
+                except BrokenProcessPool:
+                    broken.append(spec)
+                    continue
+                except Exception as e:  # the function failed outside its own guard
+                    rec = _crashed(spec, f"{type(e).__name__}: {e}")
+                self.ready.append((spec, rec))
+                if spec is self.alone:
+                    self.alone = None
+            if broken:
+                self._recover(broken)
+        return self.ready.popleft()
+
+    def _recover(self, broken: list[RunSpec]) -> None:
+        held = broken + list(self.futures.values())
+        self.futures.clear()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.pool = self._new_pool()
+        if self.alone is not None:  # it ran by itself: it is the one that kills its worker
+            self.ready.append((self.alone, _crashed(
+                self.alone, "the worker process died while running it")))
+            self.alone = None
+        else:
+            self.suspects.extend(held)
+
+    def close(self, cancel: bool = False) -> None:
+        if cancel:
+            procs = getattr(self.pool, "_processes", None) or {}
+            for proc in list(procs.values()):
+                proc.terminate()  # interrupted: stop the runs in progress now
+        self.pool.shutdown(wait=not cancel, cancel_futures=True)
+
+
+class RayRunner(Runner):
+    """Ray tasks: ``address`` joins a running cluster, otherwise a local Ray instance starts.
+
+    Cluster nodes need servesim installed (the same version), and any trace files at the same
+    paths, as the runs read them where they execute.
+    """
+
+    def __init__(self, address: str | None = None, workers: int | None = None,
+                 fn: RunFn = execute_run):
+        try:
+            import ray
+        except ImportError:
+            from sim.study.schema import StudyError
+
+            raise StudyError("--runner ray", None, "Ray is not installed; "
+                             "pip install 'ray>=2.9' (or use the local runner)") from None
+        self.ray = ray
+        self.started = not ray.is_initialized()
+        if self.started:
+            # No address: always a fresh local instance ("local"), never a cluster that
+            # happens to run on this machine.
+            kwargs = {"address": address} if address else {
+                "address": "local", "num_cpus": workers or os.cpu_count()}
+            ray.init(**kwargs, include_dashboard=False, log_to_driver=False,
+                     ignore_reinit_error=True, logging_level="warning")
+        self.workers = int(ray.cluster_resources().get("CPU", 1))
+        self.remote = ray.remote(num_cpus=1, max_retries=1)(fn)
+        self.refs: dict = {}
+
+    def submit(self, spec: RunSpec) -> None:
+        self.refs[self.remote.remote(spec)] = spec
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.refs)
+
+    def next_done(self) -> tuple[RunSpec, dict]:
+        [ref], _ = self.ray.wait(list(self.refs), num_returns=1)
+        spec = self.refs.pop(ref)
+        try:
+            return spec, self.ray.get(ref)
+        except Exception as e:  # task or worker failure (after Ray's own retry)
+            return spec, _crashed(spec, f"ray: {type(e).__name__}: {e}")
+
+    def close(self, cancel: bool = False) -> None:
+        if cancel:
+            for ref in self.refs:
+                self.ray.cancel(ref, force=True)
+        self.refs.clear()
+        if self.started:
+            self.ray.shutdown()
+
+
+def make_runner(kind: str, jobs: int | None = None, address: str | None = None,
+                  fn: RunFn = execute_run) -> Runner:
+    if kind == "ray":
+        return RayRunner(address, jobs, fn)
+    if kind == "serial" or jobs == 1:
+        return SerialRunner(fn)
+    return PoolRunner(jobs, fn)

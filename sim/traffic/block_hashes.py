@@ -1,0 +1,117 @@
+"""Ids of shareable KV blocks, computed as vectorised 64-bit hashes.
+
+Two blocks get the same id exactly when their tokens and every token before them are the same
+(the hash-chain rule of prefix caching). Each helper hashes a key that pins down the whole
+prefix up to the end of the block: a system prompt and a block index, a conversation and a
+block index, or a chain of Mooncake hash ids and an offset.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sim.traffic.ragged import (
+    offsets_from_counts,
+    position_in_row,
+    row_of_each_value,
+    take_row_prefixes,
+)
+
+_U = np.uint64
+# Distinct tags so that keys of different kinds never collide by construction.
+SYSTEM_PROMPT, CONVERSATION, MOONCAKE = 1, 2, 3
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser: a bijection on uint64 with good avalanche."""
+    x = x + _U(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> _U(30))) * _U(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> _U(27))) * _U(0x94D049BB133111EB)
+    return x ^ (x >> _U(31))
+
+
+def _u64(x) -> np.ndarray:
+    """As a uint64 array of at least one dimension (numpy scalars warn on overflow)."""
+    a = np.atleast_1d(np.asarray(x))
+    if a.dtype == np.uint64:
+        return a
+    return np.asarray(a, dtype=np.int64).view(np.uint64)
+
+
+def hash_keys(*parts) -> np.ndarray:
+    """Hash tuples of integers (arrays broadcast together) to int64 ids.
+    ``hash_keys(a, b, c) == extend(hash_keys(a, b), c)``."""
+    arrays = np.broadcast_arrays(*(np.asarray(p) for p in parts))
+    shape = arrays[0].shape
+    h = np.zeros(int(np.prod(shape)), dtype=np.int64)
+    for a in arrays:
+        h = extend(h, a.reshape(-1))
+    return h.reshape(shape)
+
+
+def extend(h: np.ndarray, part) -> np.ndarray:
+    """The hash of a key ``h`` stands for, with one more integer ``part`` appended."""
+    return _mix(_u64(h) ^ _mix(_u64(part))).view(np.int64)
+
+
+def system_prompt_blocks(class_index: int, prompt: np.ndarray, num_blocks: int,
+                         num_prompts: int) -> tuple[np.ndarray, np.ndarray]:
+    """Ids of the ``num_blocks`` full blocks of each request's system prompt ``prompt[i]``:
+    block j of prompt p has id hash(SYSTEM_PROMPT, class, p, j)."""
+    head = hash_keys(SYSTEM_PROMPT, class_index, np.arange(num_prompts))
+    table = extend(np.repeat(head, num_blocks), np.tile(np.arange(num_blocks), num_prompts))
+    table_offsets = np.arange(num_prompts + 1, dtype=np.int64) * num_blocks
+    return take_row_prefixes(table_offsets, table, prompt,
+                             np.full(len(prompt), num_blocks, dtype=np.int64))
+
+
+def conversation_blocks(class_index: int, session: np.ndarray, system_prompt: np.ndarray,
+                        system_blocks: int, num_blocks: np.ndarray
+                        ) -> tuple[np.ndarray, np.ndarray]:
+    """Ids of the first ``num_blocks[i]`` blocks of conversation turn i of ``session[i]``.
+    The first ``system_blocks`` blocks lie wholly in the session's system prompt
+    (``system_prompt[i]``, or -1 for none) and share its ids; later blocks belong to the
+    session alone: hash(CONVERSATION, class, session, j). Each session's ids are hashed once
+    and every turn gathers its prefix of them."""
+    sessions, turn_session = np.unique(session, return_inverse=True)
+    longest = np.zeros(len(sessions), dtype=np.int64)
+    np.maximum.at(longest, turn_session, num_blocks)
+    system = np.empty(len(sessions), dtype=np.int64)
+    system[turn_session] = system_prompt  # the same for every turn of a session
+    offsets = offsets_from_counts(longest)
+    rows = row_of_each_value(offsets)
+    j = position_in_row(offsets)
+    table = extend(hash_keys(CONVERSATION, class_index, sessions)[rows], j)
+    in_system = (j < system_blocks) & (system[rows] >= 0)
+    sys_rows = rows[in_system]
+    table[in_system] = hash_keys(SYSTEM_PROMPT, class_index, system[sys_rows], j[in_system])
+    return take_row_prefixes(offsets, table, turn_session, num_blocks)
+
+
+def mooncake_blocks(hash_offsets: np.ndarray, hash_ids: np.ndarray, prompt_len: np.ndarray,
+                    hash_block_size: int, block_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Expand Mooncake hash ids (one per ``hash_block_size`` tokens) to ids of our full
+    ``block_size`` blocks.
+
+    The hash ids are first chained (chain[k] = hash(chain[k-1], hash_ids[k])) so that equal
+    chains mean equal prefixes. Our block b ends at token e = (b+1)·block_size - 1, inside
+    hash block k = e // hash_block_size; its id is hash(chain[k], e % hash_block_size). A
+    block is listed only when it is full and its hash block is in the list.
+    """
+    counts = np.diff(hash_offsets)
+    # Chain position by position: all requests' k-th ids in one vector operation.
+    pos = position_in_row(hash_offsets)
+    order = np.argsort(pos, kind="stable")
+    starts = np.searchsorted(pos[order], np.arange(int(counts.max(initial=0)) + 1))
+    chain = np.empty(len(hash_ids), dtype=np.int64)
+    for k in range(len(starts) - 1):
+        at = order[starts[k]:starts[k + 1]]
+        prev = hash_keys(MOONCAKE) if k == 0 else chain[at - 1]
+        chain[at] = extend(prev, hash_ids[at])
+    covered = counts * hash_block_size
+    num_blocks = np.minimum(prompt_len, covered) // block_size
+    offsets = offsets_from_counts(num_blocks)
+    rows = row_of_each_value(offsets)
+    end = (position_in_row(offsets) + 1) * block_size - 1
+    k = hash_offsets[:-1][rows] + end // hash_block_size
+    return offsets, extend(chain[k], end % hash_block_size)

@@ -1,0 +1,319 @@
+"""The traffic half of the scenario schema: arrivals, lengths, traces, classes, shared prefixes.
+
+A *stream* is one kind of traffic (an arrival process with length distributions, or a replayed
+trace, optionally with shared system prompts or multi-turn conversations). ``workload`` is
+either one stream (the single-class fields at its top level) or a list of ``classes``, each a
+named stream with its own SLO and priority.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    model_validator,
+)
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# -- trace files -----------------------------------------------------------------------------
+TraceFormat = Literal["azure", "burstgpt", "mooncake", "csv", "jsonl"]
+GENERIC_FORMATS = ("csv", "jsonl")
+
+
+class ColumnMap(Strict):
+    """Which column (CSV) or key (JSONL) of a generic trace holds each quantity."""
+
+    arrival: str
+    prompt_len: str
+    output_len: str
+
+
+class TraceFile(Strict):
+    """A trace file and how to read it.
+
+    ``azure``: ``TIMESTAMP,ContextTokens,GeneratedTokens`` (absolute datetimes).
+    ``burstgpt``: ``Timestamp`` (s), ``Model``, ``Request tokens``, ``Response tokens``, …;
+    ``model`` keeps one model's rows. ``mooncake``: JSONL with ``timestamp`` (ms),
+    ``input_length``, ``output_length``, ``hash_ids``. ``csv``/``jsonl``: any file, with
+    ``columns`` naming the fields, timestamps in ``time_unit`` or as datetimes.
+    """
+
+    path: str
+    format: TraceFormat = "azure"
+    model: str | None = None  # burstgpt: keep only this model's requests (e.g. ChatGPT, GPT-4)
+    columns: ColumnMap | None = None  # csv/jsonl
+    time_unit: Literal["s", "ms", "us"] = "s"  # csv/jsonl numeric timestamps
+    datetime: bool = False  # csv/jsonl: the arrival column holds datetimes
+
+    # Fields that mean something only for some formats.
+    FORMAT_ONLY: ClassVar[dict[str, tuple[str, ...]]] = {
+        "columns": GENERIC_FORMATS, "time_unit": GENERIC_FORMATS, "datetime": GENERIC_FORMATS,
+        "model": ("burstgpt",)}
+
+    @model_validator(mode="after")
+    def _fields_fit_the_format(self):
+        if self.format in GENERIC_FORMATS and self.columns is None:
+            raise ValueError(f"format {self.format} needs 'columns': "
+                             "{arrival: ..., prompt_len: ..., output_len: ...}")
+        for name, formats in self.FORMAT_ONLY.items():
+            if name in self.model_fields_set and self.format not in formats:
+                raise ValueError(f"'{name}' applies only to format {' or '.join(formats)}, "
+                                 f"not {self.format}")
+        return self
+
+
+# -- arrivals --------------------------------------------------------------------------------
+class PoissonArrivals(Strict):
+    process: Literal["poisson"]
+    rate: PositiveFloat  # requests per second
+
+
+class GammaArrivals(Strict):
+    """Bursty arrivals: gamma inter-arrival times with a coefficient of variation (1 = Poisson)."""
+
+    process: Literal["gamma"]
+    rate: PositiveFloat
+    cv: PositiveFloat
+
+
+class ConstantArrivals(Strict):
+    process: Literal["constant"]
+    rate: PositiveFloat
+
+
+class TraceArrivals(TraceFile):
+    """Arrival times replayed from a trace file (lengths come from the length distributions)."""
+
+    process: Literal["trace"]
+    time_scale: PositiveFloat = 1.0  # >1 stretches time (lower rate)
+    rate: PositiveFloat | None = None  # rescale to this mean rate
+
+
+Arrivals = Annotated[
+    PoissonArrivals | GammaArrivals | ConstantArrivals | TraceArrivals,
+    Field(discriminator="process"),
+]
+
+
+# -- lengths ---------------------------------------------------------------------------------
+class FixedLength(Strict):
+    dist: Literal["fixed"]
+    value: PositiveInt
+
+
+class UniformLength(Strict):
+    dist: Literal["uniform"]
+    min: PositiveInt
+    max: PositiveInt
+
+    @model_validator(mode="after")
+    def _ordered(self):
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) must be ≤ max ({self.max})")
+        return self
+
+
+class NormalLength(Strict):
+    dist: Literal["normal"]
+    mean: PositiveFloat
+    std: NonNegativeFloat
+    min: PositiveInt = 1
+    max: PositiveInt | None = None
+
+
+class LognormalLength(Strict):
+    """Lognormal with the given mean and log-space sigma, clipped to [min, max]."""
+
+    dist: Literal["lognormal"]
+    mean: PositiveFloat
+    sigma: PositiveFloat
+    min: PositiveInt = 1
+    max: PositiveInt | None = None
+
+
+class EmpiricalLength(TraceFile):
+    """Lengths drawn (with replacement) from a trace column: the prompt lengths
+    (``ContextTokens`` or ``prompt_len``) or the output lengths (``GeneratedTokens`` or
+    ``output_len``), whatever the file's format."""
+
+    dist: Literal["empirical"]
+    column: Literal["ContextTokens", "GeneratedTokens", "prompt_len", "output_len"]
+
+
+Length = Annotated[
+    FixedLength | UniformLength | NormalLength | LognormalLength | EmpiricalLength,
+    Field(discriminator="dist"),
+]
+
+
+# -- durations (think times) -----------------------------------------------------------------
+class FixedDuration(Strict):
+    dist: Literal["fixed"]
+    value: NonNegativeFloat
+
+
+class UniformDuration(Strict):
+    dist: Literal["uniform"]
+    min: NonNegativeFloat
+    max: NonNegativeFloat
+
+    @model_validator(mode="after")
+    def _ordered(self):
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) must be ≤ max ({self.max})")
+        return self
+
+
+class ExponentialDuration(Strict):
+    dist: Literal["exponential"]
+    mean: PositiveFloat
+
+
+class LognormalDuration(Strict):
+    """Lognormal seconds with the given mean and log-space sigma."""
+
+    dist: Literal["lognormal"]
+    mean: PositiveFloat
+    sigma: PositiveFloat
+
+
+Duration = Annotated[
+    FixedDuration | UniformDuration | ExponentialDuration | LognormalDuration,
+    Field(discriminator="dist"),
+]
+
+
+# -- whole traces ----------------------------------------------------------------------------
+class TraceWorkload(TraceFile):
+    """Arrivals and lengths together, replayed from a trace."""
+
+    time_scale: PositiveFloat = 1.0
+    rate: PositiveFloat | None = None
+    start_s: NonNegativeFloat = 0.0
+    duration_s: PositiveFloat | None = None
+    hash_block_size: PositiveInt = 512  # mooncake: tokens per hash id
+
+    FORMAT_ONLY: ClassVar[dict[str, tuple[str, ...]]] = {
+        **TraceFile.FORMAT_ONLY, "hash_block_size": ("mooncake",)}
+
+
+# -- shared prefixes -------------------------------------------------------------------------
+class SharedPrefix(Strict):
+    """Every request starts with one of ``num_prompts`` system prompts of ``length`` tokens,
+    chosen uniformly or by a Zipf law (prompt k has weight 1/(k+1)^zipf_s); its prompt length
+    is ``length`` plus its own sampled length."""
+
+    num_prompts: PositiveInt
+    length: PositiveInt
+    popularity: Literal["uniform", "zipf"] = "uniform"
+    zipf_s: PositiveFloat = 1.1
+
+    @model_validator(mode="after")
+    def _zipf_s_needs_zipf(self):
+        if "zipf_s" in self.model_fields_set and self.popularity != "zipf":
+            raise ValueError("zipf_s applies only to popularity: zipf")
+        return self
+
+
+class Conversations(Strict):
+    """Multi-turn sessions. The arrival process starts sessions; turn t's prompt is the whole
+    previous context (turn t-1's prompt and output) plus a new user message drawn from
+    ``prompt_len``. Open loop: turn t arrives ``think_time_s`` after turn t-1 *arrived*,
+    whether or not turn t-1 has finished."""
+
+    turns: Length  # turns per session
+    think_time_s: Duration
+    max_context: PositiveInt | None = None  # a session ends before a turn whose prompt + output exceed it
+
+
+# -- streams and classes ---------------------------------------------------------------------
+DEFAULT_ARRIVAL = PoissonArrivals(process="poisson", rate=4.0)
+DEFAULT_PROMPT = LognormalLength(dist="lognormal", mean=512, sigma=0.8, max=4096)
+DEFAULT_OUTPUT = LognormalLength(dist="lognormal", mean=192, sigma=0.8, max=1024)
+STREAM_FIELDS = ("arrival", "prompt_len", "output_len", "trace", "shared_prefix", "conversations")
+
+
+class Stream(Strict):
+    """One stream of traffic: arrivals and lengths, or a trace; optionally shared prefixes."""
+
+    num_requests: PositiveInt | None = None
+    duration_s: PositiveFloat | None = None  # stop generating arrivals after this time
+    arrival: Arrivals = DEFAULT_ARRIVAL
+    prompt_len: Length = DEFAULT_PROMPT
+    output_len: Length = DEFAULT_OUTPUT
+    trace: TraceWorkload | None = None
+    shared_prefix: SharedPrefix | None = None
+    conversations: Conversations | None = None
+
+    def _check_stream(self, bounded_elsewhere: bool = False):
+        if self.trace is not None:
+            both = {"arrival", "prompt_len", "output_len"} & self.model_fields_set
+            if both:
+                raise ValueError(f"give either 'trace' or {sorted(both)}, not both")
+            if self.conversations is not None:
+                raise ValueError("'conversations' needs generated traffic, not a 'trace'")
+            if self.shared_prefix is not None and self.trace.format == "mooncake":
+                raise ValueError("'shared_prefix' cannot be combined with a mooncake trace, "
+                                 "whose hash_ids already say which prefixes are shared")
+        elif self.num_requests is None and self.duration_s is None and not bounded_elsewhere:
+            raise ValueError("give num_requests or duration_s")
+        return self
+
+
+class Slo(Strict):
+    """Service-level objectives: latency limits a request must meet (None: no limit)."""
+
+    ttft_s: PositiveFloat | None = None
+    tpot_s: PositiveFloat | None = None
+    e2e_s: PositiveFloat | None = None
+
+
+class TrafficClass(Stream):
+    """A named stream with its own service-level objectives and priority (lower = served
+    first). Its random draws depend only on the scenario seed and its index in ``classes``."""
+
+    name: str = Field(min_length=1)
+    priority: int = Field(0, ge=-(2**15), lt=2**15)
+    slo: Slo = Slo()
+
+
+class WorkloadSpec(Stream):
+    """Single-class traffic at the top level, or ``classes``. With classes, ``num_requests``
+    and ``duration_s`` (when given) cut the merged traffic, and bound any class that sets
+    neither itself."""
+
+    rate_scale: PositiveFloat = 1.0  # multiplies every arrival rate (divides all arrival times)
+    num_requests: PositiveInt | None = 1000
+    classes: tuple[TrafficClass, ...] | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self):
+        if self.classes is None:
+            return self._check_stream()
+        both = sorted(set(STREAM_FIELDS) & self.model_fields_set)
+        if both:
+            raise ValueError(f"give either 'classes' or {both}, not both; "
+                             "with classes, put these fields inside each class")
+        if not self.classes:
+            raise ValueError("'classes' needs at least one class")
+        names = [c.name for c in self.classes]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"class names must be unique; repeated: {dup}")
+        bounded = {"num_requests", "duration_s"} & self.model_fields_set
+        for i, c in enumerate(self.classes):
+            try:
+                c._check_stream(bounded_elsewhere=bool(bounded))
+            except ValueError as e:
+                raise ValueError(f"classes[{i}] ({c.name}): {e}") from None
+        return self
