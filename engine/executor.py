@@ -23,7 +23,7 @@ from engine.weights import load_model
 from kernels import sample
 from sim.core.plan import BatchPlan
 from sim.core.requests import RequestTable
-from sim.loops.executor import StepResult
+from sim.core.plan import StepResult
 from sim.scenario.specs import ModelSpec
 
 MiB = 1024**2

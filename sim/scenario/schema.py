@@ -18,6 +18,7 @@ from pydantic import (
     ConfigDict,
     Field,
     NonNegativeFloat,
+    NonNegativeInt,
     PositiveFloat,
     PositiveInt,
     ValidationError,
@@ -163,6 +164,9 @@ class Disaggregation(Strict):
 class Router(Strict):
     policy: Literal["round-robin", "least-outstanding", "least-kv", "power-of-two",
                     "prefix-affinity"] = "round-robin"
+    # prefix-affinity: the replica with the longest cached prefix wins unless it has more than
+    # this many outstanding requests beyond the least loaded replica
+    balance_abs: NonNegativeInt = 16
 
 
 class Cost(Strict):
@@ -180,10 +184,9 @@ class Cost(Strict):
 
 
 class Simulation(Strict):
-    # auto: the compiled loop where it applies (sim/compiled), else SimPy; both give identical
-    # results. simpy: always the reference loop. compiled: an error says what it cannot run.
+    # auto and compiled: the compiled loop (sim/loops/compiled.py; auto falls back to SimPy when
+    # numba is missing); simpy: the reference loop. Both give identical results.
     loop: Literal["auto", "simpy", "compiled"] = "auto"
-    fast_forward: bool = True  # SimPy loop: jump over decode steps where nothing changes
 
 
 @dataclass(frozen=True)
@@ -282,10 +285,6 @@ class Scenario(Strict):
     @property
     def num_gpus(self) -> int:
         return sum(r.hardware.num_gpus for r in self.replica_specs)
-
-    @property
-    def kv_blocks_total(self) -> int:
-        return sum(r.memory.num_blocks for r in self.replica_specs)
 
     def resolve(self, path: str) -> Path:
         p = Path(path).expanduser()

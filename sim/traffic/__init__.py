@@ -38,6 +38,7 @@ class Workload:
     prefix_hashes: np.ndarray | None = None  # int64
     session_id: np.ndarray | None = None  # int64 [n] for conversations (-1 none)
     notes: tuple[str, ...] = ()  # what trace readers dropped, worth telling the user
+    closed_loop: tuple[int, float] | None = None  # (users, think time): arrivals set as the run goes
 
     def __len__(self) -> int:
         return len(self.arrival)
@@ -56,6 +57,9 @@ def build_workload(scenario, *, block_size: int | None = None) -> Workload:
     Prefix ids are for KV blocks of ``block_size`` tokens (default: the scheduler's).
     ``workload.rate_scale`` then compresses all arrival times (every class's rate × scale)."""
     w = _build(scenario, block_size)
+    a = scenario.workload.arrival
+    if scenario.workload.classes is None and a.process == "closed":
+        return replace(w, closed_loop=(a.concurrency, a.think_time_s))
     scale = scenario.workload.rate_scale
     return w if scale == 1.0 else replace(w, arrival=w.arrival / scale)
 

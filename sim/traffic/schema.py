@@ -99,8 +99,20 @@ class TraceArrivals(TraceFile):
     rate: PositiveFloat | None = None  # rescale to this mean rate
 
 
+class ClosedArrivals(Strict):
+    """Closed loop: ``concurrency`` users, each sending its next request when its previous one
+    is done (finished or rejected) and ``think_time_s`` has passed; the requests (generated,
+    or a trace's, whose timestamps are then ignored) go out in order. This is how
+    ``vllm bench serve --max-concurrency``, genai-perf and most published benchmarks drive a
+    server."""
+
+    process: Literal["closed"]
+    concurrency: PositiveInt
+    think_time_s: NonNegativeFloat = 0.0
+
+
 Arrivals = Annotated[
-    PoissonArrivals | GammaArrivals | ConstantArrivals | TraceArrivals,
+    PoissonArrivals | GammaArrivals | ConstantArrivals | TraceArrivals | ClosedArrivals,
     Field(discriminator="process"),
 ]
 
@@ -256,8 +268,16 @@ class Stream(Strict):
     conversations: Conversations | None = None
 
     def _check_stream(self, bounded_elsewhere: bool = False):
+        closed = self.arrival.process == "closed"
+        if closed and self.conversations is not None:
+            raise ValueError("closed-loop arrivals send requests in order; 'conversations' need open-loop "
+                             "think times between turns")
+        if closed and self.num_requests is None and self.trace is None:
+            raise ValueError("closed-loop arrivals need num_requests (there is no arrival rate to run for "
+                             "duration_s)")
         if self.trace is not None:
-            both = {"arrival", "prompt_len", "output_len"} & self.model_fields_set
+            given = {"arrival", "prompt_len", "output_len"} & self.model_fields_set
+            both = given - {"arrival"} if closed else given
             if both:
                 raise ValueError(f"give either 'trace' or {sorted(both)}, not both")
             if self.conversations is not None:
@@ -306,6 +326,8 @@ class WorkloadSpec(Stream):
                              "with classes, put these fields inside each class")
         if not self.classes:
             raise ValueError("'classes' needs at least one class")
+        if any(c.arrival.process == "closed" for c in self.classes):
+            raise ValueError("closed-loop arrivals (process: closed) are for single-class workloads")
         names = [c.name for c in self.classes]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:

@@ -91,7 +91,8 @@ def _replayed(s, ctx: StreamContext) -> StreamTraffic:
     if not len(tr):
         raise ScenarioError(str(ctx.resolve(spec.path)), f"{ctx.field}.trace",
                             "no requests in the chosen window (start_s, duration_s)")
-    t = rescale_times(tr.arrival, spec.time_scale, spec.rate)
+    closed = s.arrival.process == "closed"  # users send the trace's requests in order
+    t = np.zeros(len(tr)) if closed else rescale_times(tr.arrival, spec.time_scale, spec.rate)
     prompt = tr.prompt_len
     offsets = hashes = None
     if spec.format == "mooncake":
@@ -154,6 +155,8 @@ def _conversations(s, ctx: StreamContext) -> StreamTraffic:
 # -- pieces ----------------------------------------------------------------------------------
 def _arrivals(s, ctx: StreamContext, num_requests: int | None) -> np.ndarray:
     a = s.arrival
+    if a.process == "closed":  # sent when users are ready: the loop sets the times
+        return np.zeros(num_requests)
     if a.process == "trace":
         tr = read_trace(a, ctx.resolve(a.path), f"{ctx.field}.arrival.path")
         t = rescale_times(tr.arrival, a.time_scale, a.rate)

@@ -107,8 +107,3 @@ def test_bench_prices_with_the_shipped_profile_on_the_compiled_loop():
     assert "cost.model=profile" in p.stdout and "model=llama-2-70b" in p.stdout and "simpy" not in p.stdout
 
 
-def test_run_with_a_loop_that_cannot_run_the_scenario_exits_2(tmp_path, capsys):
-    code = main(["run", "--out", str(tmp_path), "--set", "workload.num_requests=20", "--set",
-                 "scheduler.policy=static", "--set", "simulation.loop=compiled"])
-    err = capsys.readouterr().err
-    assert code == 2 and "simulation.loop" in err and "static" in err and "Traceback" not in err
