@@ -12,25 +12,35 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
-import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
     NonNegativeFloat,
     PositiveFloat,
-    PositiveInt,
     ValidationError,
     field_validator,
     model_validator,
 )
 
-from sim.errors import ScenarioError
+from sim.errors import InputError, ScenarioError
+from sim.inputs import check_file, load_yaml_mapping, parse_value, parse_yaml, validation_message
 from sim.scenario.memory import MemoryBudget, memory_budget
 from sim.scenario.specs import GpuSpec, ModelSpec, get_gpu, get_model, model_from_hf_config
-from sim.traffic.schema import Slo, Strict, WorkloadSpec
+from sim.traffic.schema import PositiveInt, Slo, Strict, WorkloadSpec
 
 Fraction = Annotated[float, Field(gt=0, le=1)]
+MAX_SEED = 2**63 - 1
+
+
+def _seed_range(v: int) -> int:
+    if not 0 <= v <= MAX_SEED:
+        raise ValueError(f"expected a whole number from 0 to 2**63 - 1 = {MAX_SEED}")
+    return v
+
+
+Seed = Annotated[int, AfterValidator(_seed_range)]
 
 
 # -- the serving system ----------------------------------------------------------------------
@@ -203,7 +213,7 @@ class ReplicaSpec:
 
 class Scenario(Strict):
     name: str = "scenario"
-    seed: int = 0
+    seed: Seed = 0
     model: str | HfConfigModel = "llama-3-8b"
     hardware: Hardware = Hardware()
     quantization: Quantization = Quantization()
@@ -217,7 +227,7 @@ class Scenario(Strict):
     slo: Slo = Slo()
     simulation: Simulation = Simulation()
 
-    model_config = ConfigDict(extra="forbid", frozen=True, ignored_types=(cached_property,))
+    model_config = ConfigDict(**Strict.model_config, ignored_types=(cached_property,))
 
     @field_validator("model")
     @classmethod
@@ -327,11 +337,11 @@ def apply_overrides(data: dict, overrides: list[str], source: str) -> dict:
         if "=" not in item:
             raise ScenarioError("--set", item, "expected field.path=value")
         dotted, raw = item.split("=", 1)
-        try:
-            value = yaml.safe_load(raw) if raw else ""
-        except yaml.YAMLError:
-            value = raw
-        _set_path(data, dotted.strip(), value, f"{source} (--set)")
+        dotted = dotted.strip()
+        if not dotted or not all(dotted.split(".")):
+            raise ScenarioError("--set", item, "expected field.path=value, e.g. scheduler.policy=static")
+        value = parse_value(raw, f"{source} (--set)", ScenarioError, dotted)
+        _set_path(data, dotted, value, f"{source} (--set)")
     return data
 
 
@@ -379,11 +389,7 @@ def scenario_from_dict(data: Any, source: str, base_dir: str | Path = ".") -> Sc
         scenario = Scenario.model_validate({**data, "base_dir": str(base_dir)})
     except ValidationError as e:
         err = e.errors()[0]
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            msg = "unknown field"
-        elif "input" in err and err["type"] not in ("missing",):
-            msg = f"{msg} (got {err['input']!r})"
+        msg = validation_message(err)
         more = f" (and {len(e.errors()) - 1} more problems)" if len(e.errors()) > 1 else ""
         raise ScenarioError(source, _format_loc(err["loc"]), msg + more) from None
     check_feasible(scenario, source)
@@ -391,11 +397,16 @@ def scenario_from_dict(data: Any, source: str, base_dir: str | Path = ".") -> Sc
 
 
 def check_feasible(s: Scenario, source: str) -> None:
-    """Cross-field checks that need the specs: does the model fit on every replica at all?"""
+    """Cross-field checks that need the specs and files: does the model's config read, does
+    the model fit on every replica at all, is the cost profile a file?"""
     try:
         spec = s.model_spec
-    except (OSError, KeyError, ValueError) as e:
-        raise ScenarioError(source, "model.hf_config", f"cannot read a model config: {e}") from None
+    except InputError as e:  # names the config file and its field
+        raise type(e)(e.source, e.field, f"{e.message} (model.hf_config of {source})") from None
+    if s.cost.model == "profile":
+        from sim.errors import ProfileError
+
+        check_file(s.resolve(s.cost.profile), "cost.profile", ProfileError, "profile file")
     if s.scheduler.speculative and s.scheduler.speculative.draft_model == spec.name:
         raise ScenarioError(source, "scheduler.speculative.draft_model",
                             "must be a smaller model than the target")
@@ -441,24 +452,18 @@ def load_scenario(path: str | Path | None = None, overrides: list[str] | None = 
     if path is None:
         source = f"<default scenario {DEFAULT_SCENARIO}>"
         text = resources.files("sim.scenario.data").joinpath(DEFAULT_SCENARIO).read_text()
+        data = parse_yaml(text, source, ScenarioError)
         base_dir: Path = Path.cwd()
     else:
         path = Path(path)
         source = str(path)
-        if not path.is_file():
-            raise ScenarioError(source, None, "no such scenario file")
-        text = path.read_text()
+        data = read_scenario_file(path)
         base_dir = path.parent
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "somewhere"
-        raise ScenarioError(source, None, f"not valid YAML ({where}): {getattr(e, 'problem', e)}") \
-            from None
-    data = {} if data is None else data
     if overrides:
-        if not isinstance(data, dict):
-            raise ScenarioError(source, None, "expected a mapping of fields")
         data = apply_overrides(data, overrides, source)
     return scenario_from_dict(data, source, base_dir)
+
+
+def read_scenario_file(path: str | Path) -> dict:
+    """A scenario file's mapping of fields (not yet validated)."""
+    return load_yaml_mapping(path, ScenarioError, "scenario file")

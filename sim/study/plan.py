@@ -8,11 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from sim.errors import InputError, ScenarioError
-from sim.scenario.schema import Scenario, scenario_from_dict
+from sim.scenario.schema import Scenario, read_scenario_file, scenario_from_dict
 from sim.study.cost import cost_per_hour, gpu_inventory
 from sim.study.overrides import apply, canonical, get_path, set_path, short_names, show
 from sim.study.schema import Curves, MaxRate, Study, StudyError
@@ -96,18 +95,7 @@ def has_field(model: type[BaseModel], dotted: str) -> bool:
 
 
 def read_scenario_mapping(path: Path) -> dict:
-    if not path.is_file():
-        raise ScenarioError(str(path), None, "no such scenario file")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise ScenarioError(str(path), None, f"not valid YAML: {getattr(e, 'problem', e)}") \
-            from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ScenarioError(str(path), None, "expected a mapping of fields")
-    return data
+    return read_scenario_file(path)
 
 
 def _combinations(study: Study) -> list[tuple[dict[str, Any], dict[str, str], dict[str, Any]]]:

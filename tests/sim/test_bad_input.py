@@ -107,7 +107,7 @@ def test_bad_trace_names_file_line_and_column(tmp_path, capsys, csv, fragments):
 def test_missing_scenario_file(tmp_path, capsys):
     code, out = run_cli(capsys, "run", str(tmp_path / "absent.yaml"))
     assert code == 2
-    assert "absent.yaml" in out and "no such scenario file" in out
+    assert "absent.yaml" in out and "scenario file not found" in out
 
 
 def test_bad_cli_argument_exits_2_without_traceback(tmp_path):
