@@ -242,8 +242,10 @@ class Scenario(Strict):
             raise ValueError("give replica_groups or disaggregation, not both")
         return self
 
-    # Resolved specs; ``base_dir`` is where relative paths in the scenario start from.
+    # Set by the loader, never by the file: ``base_dir`` is where relative paths in the
+    # scenario start from; ``source`` names the scenario (its file) in errors.
     base_dir: str = Field(default=".", exclude=True, repr=False)
+    source: str = Field(default="", exclude=True, repr=False)
 
     @cached_property
     def model_spec(self) -> ModelSpec:
@@ -303,6 +305,7 @@ class Scenario(Strict):
 
 
 DEFAULT_SCENARIO = "default.yaml"
+LOADER_FIELDS = ("base_dir", "source")  # Scenario fields the loader sets, not the file
 
 
 def _set_path(data: dict, dotted: str, value: Any, source: str) -> None:
@@ -385,8 +388,11 @@ def _format_loc(loc: tuple) -> str:
 def scenario_from_dict(data: Any, source: str, base_dir: str | Path = ".") -> Scenario:
     if not isinstance(data, dict):
         raise ScenarioError(source, None, f"expected a mapping of fields, got {type(data).__name__}")
+    for key in LOADER_FIELDS:
+        if key in data:
+            raise ScenarioError(source, str(key), "unknown field")
     try:
-        scenario = Scenario.model_validate({**data, "base_dir": str(base_dir)})
+        scenario = Scenario.model_validate({**data, "base_dir": str(base_dir), "source": source})
     except ValidationError as e:
         err = e.errors()[0]
         msg = validation_message(err)

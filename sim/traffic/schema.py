@@ -32,6 +32,7 @@ class Strict(BaseModel):
 MAX_COUNT = 2**31 - 1  # tokens, sizes and counts beyond this are typos, and overflow arrays
 MAX_REQUESTS = 100_000_000  # requests in one run (about 12 GB of state)
 PositiveInt = Annotated[int, Field(gt=0, le=MAX_COUNT)]
+MAX_SYSTEM_PROMPTS = 1_000_000
 NumRequests = Annotated[int, Field(gt=0, le=MAX_REQUESTS)]
 TokenMean = Annotated[float, Field(gt=0, le=MAX_COUNT)]
 
@@ -108,7 +109,7 @@ class GammaArrivals(Strict):
 
     process: Literal["gamma"]
     rate: PositiveFloat
-    cv: PositiveFloat
+    cv: Annotated[float, Field(ge=1e-3, le=1e3)]  # below 0.001, use process: constant
 
 
 class ConstantArrivals(Strict):
@@ -254,7 +255,7 @@ class SharedPrefix(Strict):
     chosen uniformly or by a Zipf law (prompt k has weight 1/(k+1)^zipf_s); its prompt length
     is ``length`` plus its own sampled length."""
 
-    num_prompts: PositiveInt
+    num_prompts: Annotated[int, Field(gt=0, le=MAX_SYSTEM_PROMPTS)]
     length: PositiveInt
     popularity: Literal["uniform", "zipf"] = "uniform"
     zipf_s: PositiveFloat = 1.1

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from sim import inputs
 from sim.errors import InputError, TraceError
 from sim.traffic.ragged import take_rows
 
@@ -51,10 +52,8 @@ class Trace:
 
 # -- checks shared by the readers ------------------------------------------------------------
 def check_file(path: str | Path, field: str) -> Path:
-    path = Path(path)
-    if not path.is_file():
-        raise TraceError(str(path), field, "trace file not found")
-    return path
+    """The trace file, if it is one (not a folder, not a Git LFS pointer)."""
+    return inputs.check_file(path, field, TraceError, "trace file")
 
 
 def read_csv(path: Path, field: str | None, required: tuple[str, ...] | list[str], *,
@@ -64,7 +63,10 @@ def read_csv(path: Path, field: str | None, required: tuple[str, ...] | list[str
     raise ``error`` naming the file and ``field``."""
     try:
         df = pd.read_csv(path)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+    except UnicodeDecodeError:
+        inputs.read_text(path, field, error, "CSV file")  # says where the bad byte is
+        raise
+    except (pd.errors.ParserError, pd.errors.EmptyDataError) as e:
         raise error(str(path), field, f"not a readable CSV: {e}") from None
     missing = [c for c in required if c not in df.columns]
     if missing:
