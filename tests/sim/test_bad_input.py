@@ -53,6 +53,30 @@ CASES = [
     ("- just\n- a list\n", ["expected a mapping"]),
     ("hardware: {memory_utilization: 1.5}\n", ["hardware.memory_utilization", "less than or equal"]),
     ("workload: {trace: {path: nowhere.csv}}\n", ["nowhere.csv", "workload.trace.path", "not found"]),
+    # silently accepted before: a key given twice, booleans as numbers, non-finite numbers
+    ("seed: 1\nmodel: llama-3-8b\nseed: 2\n", ["duplicate key 'seed'", "line 3, column 1", "line 1"]),
+    ("workload: {arrival: {process: poisson, rate: 1, rate: 2}}\n", ["duplicate key 'rate'"]),
+    ("replicas: true\n", ["replicas", "expected a whole number, got true"]),
+    ("hardware: {tp: 2.0}\n", ["hardware.tp", "expected a whole number, got 2.0"]),
+    ("hardware: {memory_utilization: false}\n", ["hardware.memory_utilization", "expected a number"]),
+    ("workload: {arrival: {process: poisson, rate: .inf}}\n", ["workload.arrival.rate", "finite"]),
+    ("workload: {arrival: {process: poisson, rate: .nan}}\n", ["workload.arrival.rate", "finite"]),
+    ("workload: {prompt_len: {dist: lognormal, mean: .inf, sigma: 1}}\n",
+     ["workload.prompt_len.mean", "finite"]),
+    ("workload: {prompt_len: {dist: lognormal, mean: 100, sigma: 1, min: 50, max: 10}}\n",
+     ["workload.prompt_len", "min (50) must be ≤ max (10)"]),
+    ("workload: {output_len: {dist: normal, mean: 100, std: 1, min: 50, max: 10}}\n",
+     ["workload.output_len", "min (50) must be ≤ max (10)"]),
+    ("workload: {num_requests: 1000000000000000000000000000000}\n",
+     ["workload.num_requests", "less than or equal to 100000000"]),
+    ("workload: {num_requests: 1e30}\n", ["workload.num_requests", "whole number"]),
+    ("workload: {trace: {path: t.csv, rate: 2, time_scale: 3}}\n",
+     ["workload.trace", "time_scale or rate, not both"]),
+    ("workload: {arrival: {process: trace, path: t.csv, rate: 2, time_scale: 3}}\n",
+     ["workload.arrival", "time_scale or rate, not both"]),
+    ("seed: -1\n", ["seed", "from 0 to 2**63 - 1"]),
+    (f"seed: {2**63}\n", ["seed", "from 0 to 2**63 - 1"]),
+    ("base_dir: /etc\n", ["base_dir", "unknown field"]),
 ]
 
 
@@ -70,6 +94,11 @@ def test_bad_scenario_names_file_and_field(tmp_path, capsys, text, fragments):
 
 @pytest.mark.parametrize("override,fragments", [
     ("workload.arrival.rate=0", ["workload.arrival.rate", "greater than 0"]),
+    ("seed=-1", ["seed", "from 0 to 2**63 - 1"]),
+    ("replicas=true", ["replicas", "got true"]),
+    ("workload.num_requests=1000000000000000000000000000000", ["workload.num_requests"]),
+    ("workload.arrival={process: poisson, rate: 1, rate: 2}", ["--set", "duplicate key 'rate'"]),
+    ("=3", ["--set", "expected field.path=value"]),
     ("scheduler.nope=3", ["scheduler.nope", "unknown field"]),
     ("no-equals-sign", ["--set", "expected field.path=value"]),
     ("seed.x=1", ["seed", "valid integer"]),
@@ -115,3 +144,139 @@ def test_bad_cli_argument_exits_2_without_traceback(tmp_path):
                        capture_output=True, text=True)
     assert p.returncode == 2
     assert "invalid choice" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_a_yaml_number_in_exponent_form_is_a_number(tmp_path, capsys):
+    # PyYAML reads "1e3" as text (YAML 1.1); a strict schema would then refuse it
+    path = write(tmp_path, "workload: {num_requests: 5, arrival: {process: poisson, rate: 1e3}}\n"
+                           "cost: {step_overhead_s: 2e-3}\n")
+    from sim.scenario.schema import load_scenario
+
+    s = load_scenario(path)
+    assert s.workload.arrival.rate == 1000.0 and s.cost.step_overhead_s == 0.002
+
+
+# -- files that are not what they should be ---------------------------------------------------
+LFS_POINTER = ("version https://git-lfs.github.com/spec/v1\noid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f3"
+               "2b1258daaa5e2ca24d17e2393\nsize 12345\n")
+
+
+@pytest.mark.parametrize("content,fragments", [
+    (b"name: caf\xe9\n", ["not UTF-8", "line 1, column 10"]),  # Latin-1
+    (bytes(range(128, 256)), ["not UTF-8", "line 1, column 1"]),
+    (b"", ["empty (or only comments)"]),
+    (b"# nothing here\n\n   # or here\n", ["empty (or only comments)"]),
+    (LFS_POINTER.encode(), ["Git LFS pointer"]),
+])
+def test_unreadable_scenario_files(tmp_path, capsys, content, fragments):
+    path = tmp_path / "s.yaml"
+    path.write_bytes(content)
+    code, out = run_cli(capsys, "run", str(path), "--out", str(tmp_path / "out"))
+    assert code == 2 and "Traceback" not in out and "s.yaml" in out
+    for f in fragments:
+        assert f in out, out
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("field_yaml,where", [
+    ("workload: {{trace: {{path: {p}}}}}", "workload.trace.path"),
+    ("workload: {{trace: {{path: {p}, format: mooncake}}}}", "workload.trace.path"),
+    ("workload: {{num_requests: 5, arrival: {{process: trace, path: {p}}}}}", "workload.arrival.path"),
+    ("workload: {{num_requests: 5, prompt_len: {{dist: empirical, path: {p}, column: prompt_len, "
+     "format: burstgpt}}}}", "workload.prompt_len.path"),
+    ("model: {{hf_config: {p}}}", None),
+    ("cost: {{model: profile, profile: {p}}}", "cost.profile"),
+])
+@pytest.mark.parametrize("kind", ["folder", "lfs"])
+def test_folders_and_lfs_pointers_where_a_file_is_expected(tmp_path, capsys, field_yaml, where, kind):
+    target = tmp_path / "thing"
+    if kind == "folder":
+        target.mkdir()
+        (target / "config.json").mkdir()  # a model folder whose config.json is a folder too
+    else:
+        target.write_text(LFS_POINTER)
+    path = write(tmp_path, field_yaml.format(p=target) + "\n")
+    code, out = run_cli(capsys, "run", str(path), "--out", str(tmp_path / "out"))
+    assert code == 2 and "Traceback" not in out
+    assert ("is a folder" if kind == "folder" else "Git LFS pointer") in out, out
+    assert "not found" not in out
+    if where:
+        assert where in out
+
+
+def test_a_non_utf8_trace_names_the_line(tmp_path, capsys):
+    (tmp_path / "t.csv").write_bytes(b"TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                                     b"2023-11-16 18:15:46.68,1\xe9,5\n")
+    path = write(tmp_path, "workload: {trace: {path: t.csv}}\n")
+    code, out = run_cli(capsys, "run", str(path), "--out", str(tmp_path / "o"))
+    assert code == 2 and "t.csv" in out and "not UTF-8" in out and "line 2" in out
+
+
+@pytest.mark.parametrize("ids,fragments", [
+    ([0, 1], ["hash_ids (line 1)", "2 id(s) for input_length 1100; expected 3", "hash_block_size"]),
+    ([0, 1, 2, 3], ["expected 3"]),
+])
+def test_mooncake_hash_ids_must_cover_the_prompt(tmp_path, capsys, ids, fragments):
+    import json
+
+    (tmp_path / "m.jsonl").write_text(json.dumps(
+        {"timestamp": 0, "input_length": 1100, "output_length": 5, "hash_ids": ids}) + "\n")
+    path = write(tmp_path, "workload: {trace: {path: m.jsonl, format: mooncake}}\n")
+    code, out = run_cli(capsys, "run", str(path), "--out", str(tmp_path / "o"))
+    assert code == 2 and "m.jsonl" in out
+    for f in fragments:
+        assert f in out, out
+    # at the block size the trace was written with, the same line is fine
+    path = write(tmp_path, "workload: {trace: {path: m.jsonl, format: mooncake, "
+                           f"hash_block_size: {-(-1100 // len(ids))}}}}}\n")
+    from sim.scenario.schema import load_scenario
+    from sim.traffic import build_workload
+
+    assert len(build_workload(load_scenario(path))) == 1
+
+
+# -- the model's config.json ------------------------------------------------------------------
+HF = {"hidden_size": 512, "num_attention_heads": 8, "num_key_value_heads": 2,
+      "num_hidden_layers": 4, "intermediate_size": 1024, "vocab_size": 1000}
+
+
+@pytest.mark.parametrize("config,field,fragments", [
+    ("[1, 2]", None, ["expected a JSON object", "got a list"]),
+    ('{"hidden_size": 512,', None, ["not valid JSON", "line 1"]),
+    ({k: v for k, v in HF.items() if k != "num_attention_heads"}, "num_attention_heads",
+     ["missing; expected a positive whole number"]),
+    ({**HF, "num_hidden_layers": -32}, "num_hidden_layers", ["positive whole number, got -32"]),
+    ({**HF, "vocab_size": "1000"}, "vocab_size", ["got '1000'"]),
+    ({**HF, "hidden_size": True}, "hidden_size", ["got True"]),
+    ({**HF, "num_key_value_heads": 3}, "num_key_value_heads", ["must divide num_attention_heads"]),
+    ({**HF, "rope_theta": -1}, "rope_theta", ["positive number"]),
+    ({**HF, "torch_dtype": "float8"}, "torch_dtype", ["expected one of"]),
+])
+def test_bad_hf_config_names_the_config_file_and_key(tmp_path, capsys, config, field, fragments):
+    import json
+
+    text = config if isinstance(config, str) else json.dumps(config)
+    (tmp_path / "config.json").write_text(text)
+    path = write(tmp_path, "model: {hf_config: config.json}\nworkload: {num_requests: 5}\n")
+    code, out = run_cli(capsys, "run", str(path), "--out", str(tmp_path / "o"))
+    out = " ".join(out.split())
+    assert code == 2 and "Traceback" not in out
+    assert f"config.json: {field}:" in out if field else "config.json:" in out, out
+    assert "model.hf_config of" in out and "s.yaml" in out
+    for f in fragments:
+        assert f in out, out
+
+
+# -- traffic that cannot fit in memory --------------------------------------------------------
+@pytest.mark.parametrize("workload,field", [
+    ("{num_requests: null, duration_s: 1e12, arrival: {process: poisson, rate: 1e6}}",
+     "workload.duration_s"),
+    ("{num_requests: 10, conversations: {turns: {dist: fixed, value: 2000000000}, "
+     "think_time_s: {dist: fixed, value: 1}}}", "workload.conversations.turns"),
+    ("{num_requests: 10, shared_prefix: {num_prompts: 2000000000, length: 64}}",
+     "workload.shared_prefix.num_prompts"),
+])
+def test_traffic_too_large_for_one_run_is_refused_by_name(tmp_path, capsys, workload, field):
+    path = write(tmp_path, f"workload: {workload}\n")
+    code, out = run_cli(capsys, "run", str(path), "--out", str(tmp_path / "o"))
+    assert code == 2 and field in out and "s.yaml" in out, out
