@@ -6,6 +6,7 @@ Registered with the simulator's CLI; torch is imported only when a command runs.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from sim.errors import InputError
@@ -50,6 +51,8 @@ def cmd_calibrate(args) -> int:
 
     for name in ("repeats", "step_plans", "max_tokens", "max_seqs", "max_context", "threads"):
         _positive(f"--{name.replace('_', '-')}", getattr(args, name))
+    if not 0 <= args.seed < 2**63:
+        raise InputError("--seed", None, f"expected a whole number from 0 to 2**63 - 1, got {args.seed}")
     try:
         spec = get_model(args.model)
     except KeyError as e:
@@ -186,6 +189,8 @@ def cmd_import_vidur(args) -> int:
     from sim.cli.console import console
 
     _positive("--tp", args.tp)
+    if not math.isfinite(args.overhead_s) or args.overhead_s < 0:
+        raise InputError("--overhead-s", None, f"expected seconds ≥ 0, got {args.overhead_s}")
     out = _check_profile_out(args.out)
     profile = import_vidur(args.mlp, attention=args.attention, all_reduce=args.all_reduce,
                            model=args.model, tp=args.tp, gpu=args.gpu,

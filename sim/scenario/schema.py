@@ -31,6 +31,7 @@ from sim.scenario.specs import GpuSpec, ModelSpec, get_gpu, get_model, model_fro
 from sim.traffic.schema import PositiveInt, Slo, Strict, WorkloadSpec
 
 Fraction = Annotated[float, Field(gt=0, le=1)]
+Gigabytes = Annotated[float, Field(ge=0, le=1e6)]  # a petabyte: beyond, byte counts overflow
 MAX_SEED = 2**63 - 1
 
 
@@ -75,8 +76,8 @@ class Hardware(Strict):
     pp: PositiveInt = 1
     expert_parallel: bool = False  # MoE: split experts over the TP GPUs instead of their columns
     memory_utilization: Fraction = 0.9
-    activation_reserve_gb: NonNegativeFloat | None = None  # None: estimated from the model
-    host_memory_gb: NonNegativeFloat = 64.0  # swap space per replica for preemption by swap
+    activation_reserve_gb: Gigabytes | None = None  # None: estimated from the model
+    host_memory_gb: Gigabytes = 64.0  # swap space per replica for preemption by swap
     kv_blocks: PositiveInt | None = None  # fixed KV blocks per replica (overrides the budget)
 
     @field_validator("gpu")
@@ -419,7 +420,14 @@ def check_feasible(s: Scenario, source: str) -> None:
     gib = 1024**3
     for r in s.replica_specs:
         hw, mem = r.hardware, r.memory
-        field = _hardware_field(s, r)
+        field = _group_field(s, r, "hardware")
+        per_block = mem.kv_bytes_per_token * mem.block_size
+        if mem.num_blocks < 1 and mem.fixed_blocks is None and 0 < mem.kv_bytes < per_block:
+            raise ScenarioError(
+                source, f"{_group_field(s, r, 'scheduler')}.block_size",
+                f"one KV block of {mem.block_size} tokens takes {per_block / gib:.1f} GiB per GPU, "
+                f"more than the {mem.kv_bytes / gib:.1f} GiB left for the KV cache; expected a "
+                "smaller block_size")
         if mem.num_blocks < 1:
             raise ScenarioError(
                 source, field,
@@ -439,18 +447,19 @@ def check_feasible(s: Scenario, source: str) -> None:
                                 f"({'a dense model' if not spec.is_moe else ''})".replace(" ()", ""))
 
 
-def _hardware_field(s: Scenario, r: ReplicaSpec) -> str:
+def _group_field(s: Scenario, r: ReplicaSpec, part: str) -> str:
+    """Where replica ``r``'s ``part`` (hardware or scheduler) is set in the scenario."""
     if s.disaggregation is not None:
         g = getattr(s.disaggregation, r.role)
-        return f"disaggregation.{r.role}.hardware" if g.hardware else "hardware"
+        return f"disaggregation.{r.role}.{part}" if getattr(g, part) else part
     if s.replica_groups is not None:
         i, seen = 0, 0
         for i, g in enumerate(s.replica_groups):  # noqa: B007
             seen += g.count
             if r.index < seen:
                 break
-        return f"replica_groups[{i}].hardware" if s.replica_groups[i].hardware else "hardware"
-    return "hardware"
+        return f"replica_groups[{i}].{part}" if getattr(s.replica_groups[i], part) else part
+    return part
 
 
 def load_scenario(path: str | Path | None = None, overrides: list[str] | None = None) -> Scenario:

@@ -96,7 +96,7 @@ def _replayed(s, ctx: StreamContext) -> StreamTraffic:
     if not len(tr):
         raise ScenarioError(str(ctx.resolve(spec.path)), f"{ctx.field}.trace",
                             "no requests in the chosen window (start_s, duration_s)")
-    t = rescale_times(tr.arrival, spec.time_scale, spec.rate)
+    t = _rescaled(tr.arrival, spec, ctx, f"{ctx.field}.trace")
     prompt = tr.prompt_len
     offsets = hashes = None
     if spec.format == "mooncake":
@@ -170,7 +170,7 @@ def _arrivals(s, ctx: StreamContext, num_requests: int | None) -> np.ndarray:
     a = s.arrival
     if a.process == "trace":
         tr = read_trace(a, ctx.resolve(a.path), f"{ctx.field}.arrival.path")
-        t = rescale_times(tr.arrival, a.time_scale, a.rate)
+        t = _rescaled(tr.arrival, a, ctx, f"{ctx.field}.arrival")
         if ctx.duration_s is not None:
             t = t[t < ctx.duration_s]
         if num_requests is not None:
@@ -192,6 +192,15 @@ def _empirical(spec, field: str, ctx: StreamContext) -> np.ndarray | None:
     tr: Trace = read_trace(spec, ctx.resolve(spec.path), f"{field}.path")
     _record(ctx, field, spec, len(tr), None, column=spec.column)
     return tr.prompt_len if spec.column in ("ContextTokens", "prompt_len") else tr.output_len
+
+
+def _rescaled(arrival: np.ndarray, spec, ctx: StreamContext, field: str) -> np.ndarray:
+    """Trace times stretched by ``time_scale`` or rescaled to ``rate``; a rate needs a span."""
+    if spec.rate is not None and (len(arrival) < 2 or arrival[-1] == arrival[0]):
+        raise ScenarioError(str(ctx.resolve(spec.path)), f"{field}.rate",
+                            f"the {len(arrival)} request(s) replayed all arrive at one instant, so "
+                            "there is no rate to rescale; drop rate or replay more of the trace")
+    return rescale_times(arrival, spec.time_scale, spec.rate)
 
 
 def _record(ctx: StreamContext, where: str, spec, rows_read: int, arrival: np.ndarray | None,

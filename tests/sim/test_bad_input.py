@@ -77,6 +77,12 @@ CASES = [
     ("seed: -1\n", ["seed", "from 0 to 2**63 - 1"]),
     (f"seed: {2**63}\n", ["seed", "from 0 to 2**63 - 1"]),
     ("base_dir: /etc\n", ["base_dir", "unknown field"]),
+    ("hardware: {host_memory_gb: 1e300}\nscheduler: {preemption: swap}\n",
+     ["hardware.host_memory_gb", "less than or equal"]),
+    # the wrong field blamed before: the hardware, where a block larger than all KV memory is at fault
+    ("scheduler: {block_size: 2147483647}\n", ["scheduler.block_size", "one KV block of 2147483647 tokens"]),
+    ("replica_groups: [{count: 1}, {count: 1, scheduler: {block_size: 2147483647}}]\n",
+     ["replica_groups[1].scheduler.block_size"]),
 ]
 
 
@@ -280,3 +286,11 @@ def test_traffic_too_large_for_one_run_is_refused_by_name(tmp_path, capsys, work
     path = write(tmp_path, f"workload: {workload}\n")
     code, out = run_cli(capsys, "run", str(path), "--out", str(tmp_path / "o"))
     assert code == 2 and field in out and "s.yaml" in out, out
+
+
+def test_rate_needs_a_trace_that_spans_time(tmp_path, capsys):
+    (tmp_path / "t.csv").write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                                    "2023-11-16 18:15:46.68,10,5\n2023-11-16 18:15:46.68,12,5\n")
+    path = write(tmp_path, "workload: {trace: {path: t.csv, rate: 3}}\n")
+    code, out = run_cli(capsys, "run", str(path), "--out", str(tmp_path / "o"))
+    assert code == 2 and "t.csv: workload.trace.rate" in out and "one instant" in out
