@@ -294,3 +294,22 @@ def test_rate_needs_a_trace_that_spans_time(tmp_path, capsys):
     path = write(tmp_path, "workload: {trace: {path: t.csv, rate: 3}}\n")
     code, out = run_cli(capsys, "run", str(path), "--out", str(tmp_path / "o"))
     assert code == 2 and "t.csv: workload.trace.rate" in out and "one instant" in out
+
+
+@pytest.mark.parametrize("record,fragments", [
+    ({"timestamp": 0, "input_length": True, "output_length": 5, "hash_ids": [0]},
+     ["input_length (line 1)", "got True"]),
+    ({"timestamp": False, "input_length": 10, "output_length": 5, "hash_ids": [0]},
+     ["timestamp (line 1)", "expected a number"]),
+    ({"timestamp": 0, "input_length": 10**20, "output_length": 5, "hash_ids": [0]},
+     ["input_length (line 1)", "below 2**31"]),
+])
+def test_trace_values_keep_their_json_type(tmp_path, capsys, record, fragments):
+    import json
+
+    (tmp_path / "m.jsonl").write_text(json.dumps(record) + "\n")
+    path = write(tmp_path, "workload: {trace: {path: m.jsonl, format: mooncake}}\n")
+    code, out = run_cli(capsys, "run", str(path), "--out", str(tmp_path / "o"))
+    assert code == 2 and "m.jsonl" in out
+    for f in fragments:
+        assert f in out, out

@@ -140,3 +140,13 @@ def test_a_duplicate_key_in_the_base_scenario_names_it(tmp_path, capsys):
     (tmp_path / "base.yaml").write_text("model: llama-3-8b\nmodel: mistral-7b\n")
     code, out = run(capsys, "study", path, "--dry-run")
     assert code == 2 and "base.yaml" in out and "duplicate key 'model'" in out
+
+
+def test_set_reaches_into_lists_as_the_run_command_does(tmp_path, capsys):
+    base = {**TINY, "workload": {"classes": [{"name": "a", "num_requests": 10},
+                                             {"name": "b", "num_requests": 10}]}}
+    path = write_study(tmp_path, {"objective": {"kind": "cheapest"}}, base)
+    code, text = run(capsys, "study", path, "--dry-run", "--set", "workload.classes.1.priority=2")
+    assert code == 0, text
+    code, text = run(capsys, "study", path, "--dry-run", "--set", "workload.classes.5.priority=2")
+    assert code == 2 and "expected an index below 2" in text, text
