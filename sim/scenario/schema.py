@@ -32,6 +32,8 @@ from sim.traffic.schema import PositiveInt, Slo, Strict, WorkloadSpec
 
 Fraction = Annotated[float, Field(gt=0, le=1)]
 Gigabytes = Annotated[float, Field(ge=0, le=1e6)]  # a petabyte: beyond, byte counts overflow
+MAX_REPLICAS = 10_000  # each replica is simulated: beyond this, memory runs out first
+Replicas = Annotated[int, Field(gt=0, le=MAX_REPLICAS)]
 MAX_SEED = 2**63 - 1
 
 
@@ -134,7 +136,7 @@ class Scheduler(Strict):
 class ReplicaGroup(Strict):
     """``count`` identical replicas; fields left out take the scenario's top-level values."""
 
-    count: PositiveInt = 1
+    count: Replicas = 1
     hardware: Hardware | None = None
     scheduler: Scheduler | None = None
 
@@ -218,8 +220,9 @@ class Scenario(Strict):
     model: str | HfConfigModel = "llama-3-8b"
     hardware: Hardware = Hardware()
     quantization: Quantization = Quantization()
-    replicas: PositiveInt = 1
-    replica_groups: list[ReplicaGroup] | None = None  # heterogeneous replicas (replaces replicas)
+    replicas: Replicas = 1
+    # heterogeneous replicas (replaces replicas)
+    replica_groups: Annotated[list[ReplicaGroup], Field(min_length=1)] | None = None
     disaggregation: Disaggregation | None = None  # prefill/decode pools (replaces replicas)
     router: Router = Router()
     scheduler: Scheduler = Scheduler()
@@ -241,6 +244,8 @@ class Scenario(Strict):
     def _one_layout(self):
         if self.replica_groups is not None and self.disaggregation is not None:
             raise ValueError("give replica_groups or disaggregation, not both")
+        if self.replica_groups is not None and sum(g.count for g in self.replica_groups) > MAX_REPLICAS:
+            raise ValueError(f"replica_groups hold more than {MAX_REPLICAS:,} replicas in all")
         return self
 
     # Set by the loader, never by the file: ``base_dir`` is where relative paths in the

@@ -37,6 +37,9 @@ NumRequests = Annotated[int, Field(gt=0, le=MAX_REQUESTS)]
 TokenMean = Annotated[float, Field(gt=0, le=MAX_COUNT)]
 
 
+LogSigma = Annotated[float, Field(gt=0, le=10)]  # log-space; beyond 10 the draws over/underflow
+
+
 def _list_to_tuple(v):
     return tuple(v) if isinstance(v, list) else v
 
@@ -176,7 +179,7 @@ class LognormalLength(ClippedLength):
     """Lognormal with the given mean and log-space sigma, clipped to [min, max]."""
 
     dist: Literal["lognormal"]
-    sigma: PositiveFloat
+    sigma: LogSigma
 
 
 class EmpiricalLength(TraceFile):
@@ -222,7 +225,7 @@ class LognormalDuration(Strict):
 
     dist: Literal["lognormal"]
     mean: PositiveFloat
-    sigma: PositiveFloat
+    sigma: LogSigma
 
 
 Duration = Annotated[

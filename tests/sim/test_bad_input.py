@@ -77,6 +77,12 @@ CASES = [
     ("seed: -1\n", ["seed", "from 0 to 2**63 - 1"]),
     (f"seed: {2**63}\n", ["seed", "from 0 to 2**63 - 1"]),
     ("base_dir: /etc\n", ["base_dir", "unknown field"]),
+    ("disaggregation: {decode: {count: 2147483647}}\n",
+     ["disaggregation.decode.count", "less than or equal to 10000"]),
+    ("replica_groups: [{count: 6000}, {count: 6000}]\n", ["replica_groups", "more than 10,000 replicas"]),
+    ("replica_groups: []\n", ["replica_groups", "at least 1 item"]),
+    ("workload: {output_len: {dist: lognormal, mean: 10, sigma: 1e308}}\n",
+     ["workload.output_len.sigma", "less than or equal to 10"]),
     ("hardware: {host_memory_gb: 1e300}\nscheduler: {preemption: swap}\n",
      ["hardware.host_memory_gb", "less than or equal"]),
     # the wrong field blamed before: the hardware, where a block larger than all KV memory is at fault
