@@ -6,9 +6,7 @@ mixture-of-experts MLPs. Sizes come from the models' published ``config.json`` f
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
 
@@ -118,89 +116,3 @@ def get_model(name: str) -> ModelSpec:
     except KeyError:
         known = ", ".join(sorted(MODEL_CATALOG))
         raise KeyError(f"unknown model {name!r}; known models: {known}") from None
-
-
-HF_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
-HF_REQUIRED = ("hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size",
-               "vocab_size")
-HF_MAX_INT = 2**31 - 1
-
-
-def model_from_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
-    """Read a Hugging Face ``config.json`` (a file or the folder holding it) of a Llama-style
-    model; problems raise :class:`ModelConfigError` naming the file and the key."""
-    from sim.errors import ModelConfigError
-    from sim.inputs import check_file, read_text
-
-    path = Path(path).expanduser()
-    if path.is_dir():
-        path = path / "config.json"
-    source = str(check_file(path, None, ModelConfigError, "model config (config.json)"))
-    try:
-        cfg = json.loads(read_text(path, None, ModelConfigError, "model config (config.json)"))
-    except json.JSONDecodeError as e:
-        raise ModelConfigError(source, None, f"not valid JSON (line {e.lineno}, column {e.colno}): "
-                               f"{e.msg}") from None
-    if not isinstance(cfg, dict):
-        raise ModelConfigError(source, None, f"expected a JSON object of config keys (a Hugging "
-                               f"Face config.json), got a {type(cfg).__name__}")
-
-    def whole(key: str, default: int | None = None) -> int:
-        v = cfg.get(key)
-        if v is None:
-            if default is None:
-                raise ModelConfigError(source, key, "missing; expected a positive whole number "
-                                       "(a Hugging Face config.json of a Llama-style model)")
-            return default
-        if type(v) is not int or not 1 <= v <= HF_MAX_INT:
-            raise ModelConfigError(source, key, f"expected a positive whole number, got {v!r}")
-        return v
-
-    def number(key: str, default: float) -> float:
-        v = cfg.get(key, default)
-        if type(v) not in (int, float) or not 0 < v < float("inf"):
-            raise ModelConfigError(source, key, f"expected a positive number, got {v!r}")
-        return float(v)
-
-    hidden, heads = whole("hidden_size"), whole("num_attention_heads")
-    for key in HF_REQUIRED[2:]:
-        whole(key)
-    kv_heads = whole("num_key_value_heads", heads)
-    if heads % kv_heads:
-        raise ModelConfigError(source, "num_key_value_heads",
-                               f"{kv_heads} must divide num_attention_heads ({heads})")
-    head_dim = whole("head_dim") if cfg.get("head_dim") is not None else 0
-    if not head_dim and hidden % heads:
-        raise ModelConfigError(source, "num_attention_heads", f"{heads} must divide hidden_size "
-                               f"({hidden}), or give head_dim")
-    experts_key = "num_local_experts" if "num_local_experts" in cfg else "num_experts"
-    experts, per_token = whole(experts_key, 1), whole("num_experts_per_tok", 1)
-    if per_token > experts > 1:
-        raise ModelConfigError(source, "num_experts_per_tok",
-                               f"{per_token} exceeds the {experts} experts ({experts_key})")
-    tie = cfg.get("tie_word_embeddings", False)
-    if not isinstance(tie, bool):
-        raise ModelConfigError(source, "tie_word_embeddings", f"expected true or false, got {tie!r}")
-    dtype_key = "torch_dtype" if "torch_dtype" in cfg else "dtype"
-    torch_dtype = cfg.get(dtype_key, "bfloat16")
-    if torch_dtype not in HF_DTYPES:
-        raise ModelConfigError(source, dtype_key,
-                               f"expected one of {', '.join(HF_DTYPES)}, got {torch_dtype!r}")
-    label = name or cfg.get("_name_or_path") or path.parent.name
-    return ModelSpec(
-        name=str(label),
-        num_layers=cfg["num_hidden_layers"],
-        hidden_size=hidden,
-        num_heads=heads,
-        num_kv_heads=kv_heads,
-        intermediate_size=cfg["intermediate_size"],
-        vocab_size=cfg["vocab_size"],
-        max_model_len=whole("max_position_embeddings", 4096),
-        head_dim=head_dim,
-        tie_embeddings=tie,
-        rope_theta=number("rope_theta", 10000.0),
-        norm_eps=number("rms_norm_eps", 1e-5),
-        dtype=HF_DTYPES[torch_dtype],
-        num_experts=experts,
-        experts_per_token=per_token if experts > 1 else 1,
-    )
