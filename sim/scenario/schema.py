@@ -486,4 +486,8 @@ def load_scenario(path: str | Path | None = None, overrides: list[str] | None = 
 
 def read_scenario_file(path: str | Path) -> dict:
     """A scenario file's mapping of fields (not yet validated)."""
-    return load_yaml_mapping(path, ScenarioError, "scenario file")
+    data = load_yaml_mapping(path, ScenarioError, "scenario file")
+    if {"scenario", "objective"} <= data.keys():
+        raise ScenarioError(str(path), None, "this is a study file (it has scenario and objective), "
+                            "not a scenario; run it with servesim study")
+    return data

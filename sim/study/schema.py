@@ -220,6 +220,9 @@ def _format_loc(loc: tuple) -> str:
 def study_from_dict(data: Any, source: str) -> Study:
     if not isinstance(data, dict):
         raise StudyError(source, None, f"expected a mapping of fields, got {type(data).__name__}")
+    if "objective" not in data and {"model", "workload", "hardware", "scheduler"} & data.keys():
+        raise StudyError(source, None, "this is a scenario file, not a study (a study has scenario "
+                         "and objective); run it with servesim run")
     try:
         return Study.model_validate(data)
     except ValidationError as e:

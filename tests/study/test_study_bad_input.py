@@ -150,3 +150,10 @@ def test_set_reaches_into_lists_as_the_run_command_does(tmp_path, capsys):
     assert code == 0, text
     code, text = run(capsys, "study", path, "--dry-run", "--set", "workload.classes.5.priority=2")
     assert code == 2 and "expected an index below 2" in text, text
+
+
+def test_a_scenario_given_as_a_study_and_the_other_way_round(study, tmp_path, capsys):
+    code, text = run(capsys, "study", tmp_path / "base.yaml")
+    assert code == 2 and "this is a scenario file, not a study" in text and "servesim run" in text
+    code, text = run(capsys, "run", study, "--out", tmp_path / "o")
+    assert code == 2 and "this is a study file" in text and "servesim study" in text
