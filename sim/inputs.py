@@ -20,6 +20,7 @@ def check_file(path: str | Path, field: str | None, error: type[InputError] = In
                what: str = "file") -> Path:
     """``path`` as a Path if it is a readable regular file with real content."""
     path = Path(path).expanduser()
+    utf8_name(path, field, error)
     if path.is_dir():
         raise error(str(path), field, f"is a folder; expected a {what}")
     if not path.exists():
@@ -35,6 +36,16 @@ def check_file(path: str | Path, field: str | None, error: type[InputError] = In
         raise error(str(path), field, f"is a Git LFS pointer, not the {what} itself; fetch the "
                     "content with `git lfs pull` (or download the file)")
     return path
+
+
+def utf8_name(path: Path, field: str | None, error: type[InputError] = InputError) -> None:
+    """File names reach us undecoded where they are not UTF-8; the libraries that read and
+    write our files (pyarrow, pandas) refuse them."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        raise error(str(path).encode("utf-8", "replace").decode(), field,
+                    "the name is not UTF-8 text; rename it") from None
 
 
 def read_text(path: str | Path, field: str | None, error: type[InputError] = InputError,
@@ -131,6 +142,11 @@ def parse_value(raw: str, source: str = "--set", error: type[InputError] = Input
                 field: str | None = None) -> Any:
     """A ``--set`` value: YAML (``8``, ``true``, ``[1, 2]``, ``{a: 1}``), else the text itself;
     a mapping that repeats a key is an error."""
+    try:
+        raw.encode("utf-8")
+    except UnicodeEncodeError as e:  # bytes the terminal could not decode reach us as surrogates
+        raise error(source, field, f"not UTF-8 text: byte 0x{ord(raw[e.start]) & 0xFF:02x} at "
+                    f"character {e.start + 1} of the value; use UTF-8") from None
     if not raw:
         return ""
     try:

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from sim.errors import OutputError
+from sim.inputs import utf8_name
 
 
 def _umask() -> int:
@@ -26,6 +27,7 @@ def check_out_dir(out: str | Path, field: str = "--out", names: Iterable[str] = 
     """Check that ``out`` is, or can become, a folder we may write in, and that none of the
     ``names`` a run writes there is a folder. Creates nothing that it does not remove."""
     out = Path(out).expanduser()
+    utf8_name(out, field, OutputError)
     if out.exists() and not out.is_dir():
         raise OutputError(str(out), field, "exists and is not a folder; expected a folder (or a "
                           "new name) for the results")

@@ -322,3 +322,22 @@ def test_trace_values_keep_their_json_type(tmp_path, capsys, record, fragments):
     assert code == 2 and "m.jsonl" in out
     for f in fragments:
         assert f in out, out
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--set", b"name=caf\xe9"], "name: not UTF-8 text: byte 0xe9"),
+    (["--out", b"o\xe9"], "--out: the name is not UTF-8 text"),
+    ([b"caf\xe9.yaml"], "the name is not UTF-8 text"),
+])
+def test_command_line_text_that_is_not_utf8(tmp_path, args, words):
+    # bytes a terminal cannot decode reach Python as surrogates; they must not reach the files
+    import os
+
+    path = write(tmp_path, GOOD)
+    folder = os.fsencode(tmp_path) + b"/"
+    args = [folder + a if a in (b"o\xe9", b"caf\xe9.yaml") else a for a in args]
+    argv = args if isinstance(args[0], bytes) else [str(path), "--out", str(tmp_path / "o"), *args]
+    p = subprocess.run([sys.executable, "-m", "sim.cli", "run", *argv], capture_output=True, text=True)
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    assert words in p.stderr
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["s.yaml"]
