@@ -117,12 +117,49 @@ def parse_yaml(text: str, source: str, error: type[InputError] = InputError,
                field: str | None = None) -> Any:
     """Parse YAML text; a syntax error or a repeated key names its line and column."""
     try:
-        return yaml.load(text, Loader=UniqueKeyLoader)  # a SafeLoader
+        data = yaml.load(text, Loader=UniqueKeyLoader)  # a SafeLoader
+    except yaml.reader.ReaderError as e:  # a control character: say where it is
+        line = text.count("\n", 0, e.position) + 1
+        column = e.position - (text.rfind("\n", 0, e.position) + 1) + 1
+        raise error(source, field, f"not valid YAML (line {line}, column {column}): character "
+                    f"#x{e.character:04x} is not allowed") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "somewhere"
         raise error(source, field, f"not valid YAML ({where}): {getattr(e, 'problem', e)}") \
             from None
+    except RecursionError:
+        raise error(source, field, "not valid YAML: its lists and mappings nest too deeply") from None
+    try:
+        _check_aliases(data, source, error, field)
+    except RecursionError:
+        raise error(source, field, "not valid YAML: its lists and mappings nest too deeply") from None
+    return data
+
+
+MAX_VALUES = 1_000_000  # values in a document once its aliases are expanded
+
+
+def _check_aliases(data: Any, source: str, error: type[InputError], field: str | None) -> None:
+    """YAML aliases may repeat a block; they may not make it contain itself, or expand to
+    millions of values (every later step copies and hashes the expanded document)."""
+    sizes: dict[int, int] = {}
+
+    def size(node: Any, path: tuple[int, ...]) -> int:
+        if not isinstance(node, (dict, list)):
+            return 1
+        if id(node) in path:
+            raise error(source, field, "a YAML alias (*name) refers to a block that contains it; "
+                        "the document would be infinite")
+        if id(node) not in sizes:
+            children = node.values() if isinstance(node, dict) else node
+            sizes[id(node)] = 1 + sum(size(c, (*path, id(node))) for c in children)
+            if sizes[id(node)] > MAX_VALUES:
+                raise error(source, field, f"the document expands to more than {MAX_VALUES:,} values "
+                            "through its YAML aliases")
+        return sizes[id(node)]
+
+    size(data, ())
 
 
 def load_yaml_mapping(path: str | Path, error: type[InputError] = InputError,
@@ -158,10 +195,11 @@ def parse_value(raw: str, source: str = "--set", error: type[InputError] = Input
 
 
 # -- validation messages ---------------------------------------------------------------------
-def _yaml_text(v: Any) -> str:
+def _yaml_text(v: Any, limit: int = 80) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
-    return repr(v)
+    text = repr(v)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def validation_message(err: dict) -> str:
@@ -175,9 +213,9 @@ def validation_message(err: dict) -> str:
     if isinstance(got, bool) and kind in ("int_type", "float_type"):
         return f"expected a {'whole ' if kind == 'int_type' else ''}number, got {_yaml_text(got)}"
     if kind == "int_from_float" or (kind == "int_type" and isinstance(got, float)):
-        return f"expected a whole number, got {got!r}"
+        return f"expected a whole number, got {_yaml_text(got)}"
     if kind == "finite_number":
-        return f"expected a finite number, got {got!r}"
+        return f"expected a finite number, got {_yaml_text(got)}"
     if kind == "string_type" and not isinstance(got, (dict, list)):
         return f"expected text, got {_yaml_text(got)} (quote it in YAML to keep it as text)"
     if isinstance(got, (dict, list)) and kind in ("value_error", "assertion_error"):

@@ -94,6 +94,8 @@ def read_jsonl(path: Path, keys: tuple[str, ...], field: str
                 except json.JSONDecodeError as e:
                     raise TraceError(source, f"line {number}, column {e.colno}",
                                      f"not valid JSON: {e.msg}") from None
+                except RecursionError:
+                    raise TraceError(source, f"line {number}", "not valid JSON: nested too deeply") from None
                 if not isinstance(record, dict):
                     raise TraceError(source, f"line {number}",
                                      f"expected a JSON object, got {type(record).__name__}")

@@ -255,6 +255,7 @@ HF = {"hidden_size": 512, "num_attention_heads": 8, "num_key_value_heads": 2,
 @pytest.mark.parametrize("config,field,fragments", [
     ("[1, 2]", None, ["expected a JSON object", "got a list"]),
     ('{"hidden_size": 512,', None, ["not valid JSON", "line 1"]),
+    ("[" * 100_000 + "]" * 100_000, None, ["not valid JSON: nested too deeply"]),
     ({k: v for k, v in HF.items() if k != "num_attention_heads"}, "num_attention_heads",
      ["missing; expected a positive whole number"]),
     ({**HF, "num_hidden_layers": -32}, "num_hidden_layers", ["greater than 0 (got -32)"]),
@@ -341,3 +342,19 @@ def test_command_line_text_that_is_not_utf8(tmp_path, args, words):
     assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
     assert words in p.stderr
     assert sorted(x.name for x in tmp_path.iterdir()) == ["s.yaml"]
+
+
+@pytest.mark.parametrize("text,words", [
+    ("name: a\x01b\n", ["line 1, column 8", "#x0001 is not allowed"]),
+    ("name: &a [*a]\n", ["refers to a block that contains it"]),
+    ("a0: &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + "".join(
+        f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 8)),
+     ["expands to more than 1,000,000 values"]),
+    ("name: " + "[" * 3000 + "]" * 3000 + "\n", ["nest too deeply"]),
+])
+def test_yaml_that_is_no_document(tmp_path, capsys, text, words):
+    path = write(tmp_path, text)
+    code, out = run_cli(capsys, "run", str(path), "--out", str(tmp_path / "o"))
+    assert code == 2 and "s.yaml" in out and "Traceback" not in out
+    for w in words:
+        assert w in out, out

@@ -84,6 +84,8 @@ def read_hf_config(path: Path) -> HfConfig:
     except json.JSONDecodeError as e:
         raise ModelConfigError(source, None, f"not valid JSON (line {e.lineno}, column {e.colno}): "
                                f"{e.msg}") from None
+    except RecursionError:
+        raise ModelConfigError(source, None, "not valid JSON: nested too deeply") from None
     if not isinstance(data, dict):
         raise ModelConfigError(source, None, f"expected a JSON object of config keys (a Hugging "
                                f"Face config.json), got a {type(data).__name__}")
