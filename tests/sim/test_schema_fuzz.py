@@ -169,3 +169,18 @@ def test_any_set_text_loads_or_names_a_field(tmp_path, base, sets):
 @pytest.mark.parametrize("base", range(len(BASES)))
 def test_the_fuzz_bases_are_valid(tmp_path, base):
     scenario_from_dict(BASES[base], SOURCE, tmp_path)
+
+
+@FUZZ
+@given(text=st.text(max_size=200) | values.map(lambda v: __import__("yaml").safe_dump(v)),
+       raw=st.binary(max_size=40))
+def test_any_file_content_loads_or_names_the_file(tmp_path, text, raw):
+    from sim.scenario.schema import load_scenario
+
+    path = tmp_path / SOURCE
+    for content in (text.encode("utf-8", "surrogatepass"), raw):
+        path.write_bytes(content)
+        try:
+            load_scenario(path)
+        except InputError as e:
+            assert str(path) in str(e) or e.source != str(path), str(e)
