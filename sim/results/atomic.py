@@ -82,7 +82,7 @@ class Staging:
         self.folder = Path(folder)
         self.field = field
         self.staged: dict[str, Path] = {}  # final name -> temporary path
-        self.stale: list[str] = []
+        self.stale: list[tuple[str, bool]] = []
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -102,10 +102,10 @@ class Staging:
         self.staged[name] = tmp
         return tmp
 
-    def remove(self, name: str) -> None:
-        """Remove ``name`` on commit: a file (or folder) an earlier run left that this run does
-        not write."""
-        self.stale.append(name)
+    def remove(self, name: str, folder: bool = False) -> None:
+        """Remove ``name`` on commit: a file (with ``folder``, a folder) an earlier run left that
+        this run does not write."""
+        self.stale.append((name, folder))
 
     def final(self, name: str) -> Path:
         return self.folder / name
@@ -131,12 +131,13 @@ class Staging:
             self.discard()
             raise OutputError(str(self.folder), self.field, f"could not put the results in place: "
                               f"{e.strerror or e}") from None
-        for name in self.stale:
+        for name, folder in self.stale:
             old = self.final(name)
             if name in self.staged:
                 continue
             if old.is_dir() and not old.is_symlink():
-                shutil.rmtree(old, ignore_errors=True)
+                if folder:
+                    shutil.rmtree(old, ignore_errors=True)
             elif old.exists() or old.is_symlink():
                 old.unlink()
         done = {name: self.final(name) for name in self.staged}

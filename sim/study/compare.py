@@ -161,6 +161,6 @@ def write_compare(entries: list[Entry], out_dir: Path, png: bool) -> tuple[dict,
         if png:
             warnings = write_pngs(figs, st.folder_for("figures"))
         else:
-            st.remove("figures")
+            st.remove("figures", folder=True)
         paths = st.commit()
     return paths, warnings

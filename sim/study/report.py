@@ -197,7 +197,7 @@ def write_outputs(run: StudyRun, out_dir: str | Path, png: bool = False) -> dict
         if png or run.plan.study.report.png:
             run.warnings += write_pngs(figs, st.folder_for("figures"))
         else:
-            st.remove("figures")  # an earlier run's figures would not match these results
+            st.remove("figures", folder=True)  # an earlier run's figures would not match these results
         paths = st.commit()
     run.paths = paths
     return paths
