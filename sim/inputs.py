@@ -1,5 +1,6 @@
 """Reading what users hand us: files that must exist and be files (not folders, not Git LFS
-pointers), UTF-8 text, and YAML with unique keys. Problems raise the caller's
+pointers, with UTF-8 names), UTF-8 text, YAML with unique keys and finite aliases, ``--set``
+values, and pydantic errors put as sentences. Problems raise the caller's
 :class:`~sim.errors.InputError` subclass naming the file and the field."""
 
 from __future__ import annotations
