@@ -21,9 +21,8 @@ from engine.model import LlamaModel, OpTimer, StepInputs, no_timer, torch_dtype
 from engine.timing import synchronize
 from engine.weights import load_model
 from kernels import sample
-from sim.core.plan import BatchPlan
+from sim.core.plan import BatchPlan, StepResult
 from sim.core.requests import RequestTable
-from sim.core.plan import StepResult
 from sim.scenario.specs import ModelSpec
 
 MiB = 1024**2

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pandas as pd
 
@@ -153,7 +155,7 @@ def check_request_times(table: RequestTable) -> None:
     (for those it reached). Raises InvariantError naming the first request that breaks it."""
     order = (("arrival", table.arrival), ("first_scheduled", table.first_scheduled),
              ("first_token", table.first_token), ("completion", table.completion))
-    for (a_name, a), (b_name, b) in zip(order, order[1:], strict=False):
+    for (a_name, a), (b_name, b) in itertools.pairwise(order):
         bad = np.flatnonzero(a > b)  # NaN (not reached) compares false
         if bad.size:
             rid = int(bad[0])

@@ -12,17 +12,39 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     NonNegativeFloat,
     PositiveFloat,
-    PositiveInt,
     model_validator,
 )
 
+# Every schema model (scenario, study): unknown fields are errors, values keep their YAML type
+# (``true`` is not 1, ``"8"`` is not 8; an int is a valid float) and floats are finite.
+STRICT = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = STRICT
+
+
+MAX_COUNT = 2**31 - 1  # tokens, sizes and counts beyond this are typos, and overflow arrays
+MAX_REQUESTS = 100_000_000  # requests in one run (about 12 GB of state)
+PositiveInt = Annotated[int, Field(gt=0, le=MAX_COUNT)]
+MAX_SYSTEM_PROMPTS = 1_000_000
+NumRequests = Annotated[int, Field(gt=0, le=MAX_REQUESTS)]
+TokenMean = Annotated[float, Field(gt=0, le=MAX_COUNT)]
+
+
+LogSigma = Annotated[float, Field(gt=0, le=10)]  # log-space; beyond 10 the draws over/underflow
+
+
+def _list_to_tuple(v):
+    return tuple(v) if isinstance(v, list) else v
+
+
+AsTuple = BeforeValidator(_list_to_tuple)  # YAML has lists; strict tuples would refuse them
 
 
 # -- trace files -----------------------------------------------------------------------------
@@ -72,6 +94,13 @@ class TraceFile(Strict):
         return self
 
 
+def _one_scaling(spec):
+    if spec.rate is not None and "time_scale" in spec.model_fields_set:
+        raise ValueError("give time_scale or rate, not both: rate rescales the trace to a mean "
+                         "rate and would override time_scale")
+    return spec
+
+
 # -- arrivals --------------------------------------------------------------------------------
 class PoissonArrivals(Strict):
     process: Literal["poisson"]
@@ -83,7 +112,7 @@ class GammaArrivals(Strict):
 
     process: Literal["gamma"]
     rate: PositiveFloat
-    cv: PositiveFloat
+    cv: Annotated[float, Field(ge=1e-3, le=1e3)]  # below 0.001, use process: constant
 
 
 class ConstantArrivals(Strict):
@@ -96,7 +125,11 @@ class TraceArrivals(TraceFile):
 
     process: Literal["trace"]
     time_scale: PositiveFloat = 1.0  # >1 stretches time (lower rate)
-    rate: PositiveFloat | None = None  # rescale to this mean rate
+    rate: PositiveFloat | None = None  # rescale to this mean rate (instead of time_scale)
+
+    @model_validator(mode="after")
+    def _one_scaling(self):
+        return _one_scaling(self)
 
 
 class ClosedArrivals(Strict):
@@ -135,22 +168,30 @@ class UniformLength(Strict):
         return self
 
 
-class NormalLength(Strict):
-    dist: Literal["normal"]
-    mean: PositiveFloat
-    std: NonNegativeFloat
+class ClippedLength(Strict):
+    """A continuous length distribution, rounded and clipped to [min, max]."""
+
+    mean: TokenMean
     min: PositiveInt = 1
     max: PositiveInt | None = None
 
+    @model_validator(mode="after")
+    def _ordered(self):
+        if self.max is not None and self.min > self.max:
+            raise ValueError(f"min ({self.min}) must be ≤ max ({self.max})")
+        return self
 
-class LognormalLength(Strict):
+
+class NormalLength(ClippedLength):
+    dist: Literal["normal"]
+    std: NonNegativeFloat
+
+
+class LognormalLength(ClippedLength):
     """Lognormal with the given mean and log-space sigma, clipped to [min, max]."""
 
     dist: Literal["lognormal"]
-    mean: PositiveFloat
-    sigma: PositiveFloat
-    min: PositiveInt = 1
-    max: PositiveInt | None = None
+    sigma: LogSigma
 
 
 class EmpiricalLength(TraceFile):
@@ -196,7 +237,7 @@ class LognormalDuration(Strict):
 
     dist: Literal["lognormal"]
     mean: PositiveFloat
-    sigma: PositiveFloat
+    sigma: LogSigma
 
 
 Duration = Annotated[
@@ -210,13 +251,17 @@ class TraceWorkload(TraceFile):
     """Arrivals and lengths together, replayed from a trace."""
 
     time_scale: PositiveFloat = 1.0
-    rate: PositiveFloat | None = None
+    rate: PositiveFloat | None = None  # rescale to this mean rate (instead of time_scale)
     start_s: NonNegativeFloat = 0.0
     duration_s: PositiveFloat | None = None
     hash_block_size: PositiveInt = 512  # mooncake: tokens per hash id
 
     FORMAT_ONLY: ClassVar[dict[str, tuple[str, ...]]] = {
         **TraceFile.FORMAT_ONLY, "hash_block_size": ("mooncake",)}
+
+    @model_validator(mode="after")
+    def _one_scaling(self):
+        return _one_scaling(self)
 
 
 # -- shared prefixes -------------------------------------------------------------------------
@@ -225,7 +270,7 @@ class SharedPrefix(Strict):
     chosen uniformly or by a Zipf law (prompt k has weight 1/(k+1)^zipf_s); its prompt length
     is ``length`` plus its own sampled length."""
 
-    num_prompts: PositiveInt
+    num_prompts: Annotated[int, Field(gt=0, le=MAX_SYSTEM_PROMPTS)]
     length: PositiveInt
     popularity: Literal["uniform", "zipf"] = "uniform"
     zipf_s: PositiveFloat = 1.1
@@ -258,7 +303,7 @@ STREAM_FIELDS = ("arrival", "prompt_len", "output_len", "trace", "shared_prefix"
 class Stream(Strict):
     """One stream of traffic: arrivals and lengths, or a trace; optionally shared prefixes."""
 
-    num_requests: PositiveInt | None = None
+    num_requests: NumRequests | None = None
     duration_s: PositiveFloat | None = None  # stop generating arrivals after this time
     arrival: Arrivals = DEFAULT_ARRIVAL
     prompt_len: Length = DEFAULT_PROMPT
@@ -313,8 +358,8 @@ class WorkloadSpec(Stream):
     neither itself."""
 
     rate_scale: PositiveFloat = 1.0  # multiplies every arrival rate (divides all arrival times)
-    num_requests: PositiveInt | None = 1000
-    classes: tuple[TrafficClass, ...] | None = None
+    num_requests: NumRequests | None = 1000
+    classes: Annotated[tuple[TrafficClass, ...], AsTuple] | None = None
 
     @model_validator(mode="after")
     def _one_source(self):
