@@ -26,6 +26,7 @@ order-preserving integer image of the fp32 values (at most 32 passes over the ro
 import torch
 
 from kernels.dispatch import tl, triton, use_triton
+from kernels.variants import launch
 
 # ----------------------------------------------------------------------------- noise
 
@@ -217,7 +218,8 @@ def sample_triton(
     if b == 0:
         return out
     block = block or min(4096, triton.next_power_of_2(v))
-    _sample_kernel[(b,)](
+    launch(
+        _sample_kernel, (b,),
         logits, gumbel, temperature.contiguous(), top_k.contiguous(), top_p.contiguous(), out,
         v, logits.stride(0), gumbel.stride(0), BLOCK=block,
     )  # fmt: skip
