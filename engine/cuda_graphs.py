@@ -4,8 +4,9 @@ An eager decode step of an 8B model launches 600-1,200 kernels from Python, whic
 longer than the GPU needs to run them; a captured graph replays them all in one call. A
 :class:`GraphRunner` holds one graph per bucket of a :class:`engine.buckets.GraphLadder`,
 captured over persistent :class:`engine.step_buffers.StepBuffers` that every replay refills
-with the padded step (:func:`engine.padding.pad_step`). Its output is the logits of every
-padded sample row; the real rows are sliced back out.
+with the padded step (:func:`engine.padding.pad_step`). Each graph ends by copying the
+logits of its padded sample rows into one persistent fp32 buffer (so the graphs' own outputs
+go back to their shared memory pool); the real rows are sliced back out of it.
 
 Without capture (``capture=False``, any device) the runner does all of the same except the
 capture and replay: it pads the step into the same buffers and runs the forward eagerly on
@@ -39,7 +40,8 @@ class GraphRunner:
         top = ladder.largest
         self.buffers = StepBuffers(model.device, top.tokens, ladder.max_seqs, max_blocks_per_seq)
         self.graphs: dict[Bucket, torch.cuda.CUDAGraph] = {}
-        self.outputs: dict[Bucket, torch.Tensor] = {}
+        self.logits = (torch.empty(ladder.max_seqs, model.spec.vocab_size, dtype=torch.float32,
+                                   device=model.device) if capture else None)
         self.visited: set[Bucket] = set()  # buckets captured or run
         self._pool = torch.cuda.graph_pool_handle() if capture else None
 
@@ -64,7 +66,7 @@ class GraphRunner:
         torch.cuda.current_stream(self.model.device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self._pool):
-            self.outputs[bucket] = self._forward(x)
+            self.logits[: bucket.seqs].copy_(self._forward(x))
         self.graphs[bucket] = graph
         self.visited.add(bucket)
 
@@ -76,14 +78,14 @@ class GraphRunner:
         return order
 
     def run(self, step: HostStep, bucket: Bucket) -> torch.Tensor:
-        """fp32 logits ``[S, V]`` of the step's sample rows. On CUDA a view of the graph's
-        output, valid until the next replay."""
+        """fp32 logits ``[S, V]`` of the step's sample rows. On CUDA a view of the persistent
+        output buffer, valid until the next replay."""
         if self.capture and bucket not in self.graphs:
             self.prepare(bucket)  # a bucket the warm-up skipped: captured now, once
         self.buffers.load(pad_step(step, bucket))
         if self.capture:
             self.graphs[bucket].replay()
-            logits = self.outputs[bucket]
+            logits = self.logits
         else:
             logits = self._forward(self.buffers.inputs(bucket, self.max_context))
             self.visited.add(bucket)
