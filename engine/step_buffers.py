@@ -42,14 +42,15 @@ class StepBuffers:
                       for k, (dt, _) in _FIELDS.items()} if pinned else None)
         self._copied: torch.cuda.Event | None = None
 
-    def inputs(self, bucket: Bucket, max_context: int | None = None) -> StepInputs:
+    def inputs(self, bucket: Bucket, max_context: int | None = None,
+               query_block: int | None = None) -> StepInputs:
         """Views of the buffers shaped for ``bucket`` (the same tensors every time)."""
         d, t, b = self.dev, bucket.tokens, bucket.seqs
         return StepInputs(
             input_ids=d["input_ids"][:t], positions=d["positions"][:t],
             query_start_loc=d["query_start_loc"][: b + 1], seq_lens=d["seq_lens"][:b],
             block_tables=d["block_tables"][:b], slot_mapping=d["slot_mapping"][:t],
-            sample_idx=d["sample_idx"][:b], max_context=max_context,
+            sample_idx=d["sample_idx"][:b], max_context=max_context, query_block=query_block,
         )  # fmt: skip
 
     def load(self, step: HostStep) -> None:

@@ -349,11 +349,13 @@ def paged_attention(
     impl: str = "auto",
     max_context: int | None = None,
     num_splits: int | None = None,
+    block_m: int | None = None,
 ) -> torch.Tensor:
     """Causal attention of ``q[T, Hq, D]`` over the paged cache; returns ``[T, Hq, D]``.
 
     ``max_context`` (the longest ``seq_lens``, if the caller knows it without a device sync)
-    feeds the split-KV rule; ``num_splits`` forces a split count (Triton path only).
+    feeds the split-KV rule; ``num_splits`` and ``block_m`` (rows per program, see
+    :func:`query_block`) force the Triton path's choices.
     """
     if q.dim() != 3 or k_cache.dim() != 4 or k_cache.shape != v_cache.shape:
         raise ValueError(f"bad shapes q {tuple(q.shape)}, k_cache {tuple(k_cache.shape)}")
@@ -364,5 +366,6 @@ def paged_attention(
         raise ValueError("query_start_loc must have len(seq_lens) + 1 entries")
     tensors = (q, k_cache, v_cache, block_tables, query_start_loc, seq_lens)
     if use_triton(impl, *tensors):
-        return paged_attention_triton(*tensors, scale, num_splits=num_splits, max_context=max_context)
+        return paged_attention_triton(*tensors, scale, block_m=block_m, num_splits=num_splits,
+                                      max_context=max_context)
     return paged_attention_torch(*tensors, scale)

@@ -75,7 +75,7 @@ def test_warmup_captures_every_bucket_and_nothing_compiles_after(model):
     ex = EngineExecutor(model, num_blocks=256, block_size=16, **LADDER)
     assert ex.graph_mode == "cuda"
     report = ex.warmup(max_num_seqs=24, max_num_tokens=512)
-    assert report.captured and set(ex.graph_runner.graphs) == set(ex.graph_runner.ladder.buckets)
+    assert report.captured and set(ex.graph_runner.graphs) == set(ex.graph_runner.keys)
     assert report.attention_variants > 0 and report.compiled is not None
     before = variants.compiled_variants()
     prompts = _prompts(model.spec.vocab_size, lens=(500, 3, 120, 64, 9, 33, 250, 17) * 3)

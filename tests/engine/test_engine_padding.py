@@ -68,7 +68,7 @@ def test_padded_logits_equal_unpadded_eager_logits(tiny):
     padded_ex, padded = _run(tiny, "pad")
     eager_ex, eager = _run(tiny, "off")
     assert padded_ex.step_counts == {"graph": 5, "eager": 1}  # the 5-row decode is past the ladder
-    buckets = {b.tokens for b in padded_ex.graph_runner.visited}
+    buckets = {b.tokens for b, _ in padded_ex.graph_runner.visited}
     assert buckets == {16, 8, 4}  # 14 and 16 tokens, 7 tokens, 4 decodes
     for k, ((got, *_), (want, *_)) in enumerate(zip(padded, eager, strict=True)):
         assert got.shape == want.shape, k

@@ -33,7 +33,9 @@ def test_warmup_visits_every_bucket_and_touches_nothing(tiny):
     ex.add_request(0, [5, 6, 7])
     report = ex.warmup(max_num_seqs=6, max_num_tokens=40)
     runner = ex.graph_runner
-    assert runner.visited == set(runner.ladder.buckets) and report.buckets == len(runner.ladder.buckets)
+    assert runner.visited == set(runner.keys) and report.buckets == len(runner.keys)
+    assert {b for b, _ in runner.keys} == set(runner.ladder.buckets)
+    assert len(runner.keys) == 2 * len(runner.ladder.buckets) - 3  # two tiles from 8 tokens up
     assert not report.captured and report.compiled is None  # a CPU: nothing compiled
     assert report.prefill_lengths == (16, 32, 40)
     assert report.steps == 3 + 1  # three prefills, one decode of 6 rows (past the ladder's 4)
@@ -72,35 +74,37 @@ from engine.generate import generate
 from engine.weights import random_model
 from kernels import variants
 
-def engine():
+def engine(graphs="pad"):
     model = random_model("tiny-llama", seed=1, impl="triton")
-    return EngineExecutor(model, num_blocks=96, block_size=4, graphs="pad", graph_max_seqs=4,
-                          graph_max_tokens=16)
+    return EngineExecutor(model, num_blocks=96, block_size=4, graphs=graphs, graph_max_seqs=4,
+                          graph_max_tokens=12)
 
-def run(ex):
+def run(ex, chunked=True):
     rng = np.random.default_rng(0)
-    prompts = [rng.integers(0, 256, n).tolist() for n in (40, 3, 17, 9, 2, 25, 6)]
+    prompts = [rng.integers(0, 256, n).tolist() for n in (40, 3, 17, 9, 25, 6)]
     with variants.recording() as used:
-        generate(prompts, 3, executor=ex, policy="continuous", max_num_seqs=7,
+        generate(prompts, 3, executor=ex, policy="continuous", max_num_seqs=6,
                  max_batched_tokens=48)
-        ex.reset()
-        generate(prompts, 3, executor=ex, policy="chunked-prefill", chunk_size=12, max_num_seqs=6)
+        if chunked:
+            ex.reset()
+            generate(prompts, 3, executor=ex, policy="chunked-prefill", chunk_size=12, max_num_seqs=6)
     return used
 
 ex = engine()
 with variants.recording() as warm:
-    report = ex.warmup(max_num_seqs=7, max_num_tokens=48)
-assert ex.graph_runner.visited == set(ex.graph_runner.ladder.buckets)
+    report = ex.warmup(max_num_seqs=6, max_num_tokens=48)
+assert ex.graph_runner.visited == set(ex.graph_runner.keys)
 used = run(ex)
 missing = used - warm
 assert not missing, f"variants the warm-up missed: {missing}"
 assert ex.step_counts["graph"] and ex.step_counts["eager"], ex.step_counts
 
-# The check has teeth: a warm-up that stops at 4-token prefills misses the prefill tile.
-ex = engine()
+# The check has teeth: without graphs, a warm-up that stops at 4-token prefills misses the
+# prefill-sized query tile.
+ex = engine(graphs="off")
 with variants.recording() as short:
-    ex.warmup(max_num_seqs=7, max_num_tokens=4)
-assert run(ex) - short, "a short warm-up should miss a variant"
+    ex.warmup(max_num_seqs=6, max_num_tokens=4)
+assert run(ex, chunked=False) - short, "a short warm-up should miss a variant"
 print("ok", len(warm), len(used), round(report.seconds, 1))
 """
 
