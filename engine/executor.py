@@ -94,7 +94,7 @@ class EngineExecutor:
                  kv_memory_bytes: float | None = None, kv_dtype: str | torch.dtype | None = None,
                  ignore_eos: bool = True, eos_token_ids: Sequence[int] | int | None = None,
                  seed: int = 0, num_threads: int | None = None, timer: OpTimer | None = None,
-                 keep_tokens: bool = True, graphs: str = "auto", graph_max_seqs: int = 256,
+                 keep_tokens: bool = True, graphs: str = "auto", graph_max_seqs: int = 512,
                  graph_max_tokens: int = 512, graph_sizes: Sequence[int] | None = None):
         if num_threads is not None:
             torch.set_num_threads(num_threads)
