@@ -25,7 +25,7 @@ from engine.padding import HostStep
 from engine.timing import synchronize
 from engine.warmup import WarmupReport, warm_up
 from engine.weights import load_model
-from kernels import sample
+from kernels import dispatch, sample
 from kernels.dispatch import HAS_TRITON
 from sim.executor import StepResult
 from sim.plan import BatchPlan
@@ -133,7 +133,8 @@ class EngineExecutor:
     def _graph_mode(self, graphs: str) -> str:
         if graphs not in GRAPH_MODES:
             raise ValueError(f"graphs must be one of {GRAPH_MODES}, got {graphs!r}")
-        on_triton = HAS_TRITON and self.model.impl in ("auto", "triton")
+        # Compiled Triton only: the interpreter (TRITON_INTERPRET=1) runs kernels on the host.
+        on_triton = HAS_TRITON and not dispatch._INTERPRETED_AT_IMPORT and self.model.impl in ("auto", "triton")
         if graphs == "auto":
             return "cuda" if self.device.type == "cuda" and on_triton else "off"
         if graphs == "cuda" and (self.device.type != "cuda" or not on_triton):
