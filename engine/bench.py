@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
@@ -226,6 +227,7 @@ def bench(args: argparse.Namespace) -> dict:
     out["step_cv"] = statistics.pstdev(times) / statistics.fmean(times) if times else None
     out["step_cv_shape"] = {"batch": args.cv_batch, "context": args.cv_context, "steps": len(times),
                             "mean_s": statistics.fmean(times) if times else None}
+    out["host_load_1min"] = os.getloadavg()[0]  # other processes on the host skew the CV
     out["steps_from_graphs"] = ex.step_counts["graph"]
     out["steps_eager"] = ex.step_counts["eager"]
     if device.type == "cpu":
