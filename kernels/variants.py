@@ -43,11 +43,44 @@ def _params(fn: Any) -> tuple[tuple[str, bool, bool], ...]:
     return tuple(out)
 
 
+def specialize_in_python(value: Any, specialise: bool) -> tuple[str, Any]:
+    """Triton's specialisation of one non-constexpr argument, as its binder computes it (for a
+    Triton without ``native_specialize_impl``): ints are ``1`` (a constant) or carry ``"D"``
+    when divisible by 16, tensors their dtype and ``"D"`` when 16-byte aligned."""
+    import torch
+
+    if value is None:
+        return ("constexpr", None)
+    if isinstance(value, bool):
+        return ("u1", None)
+    if isinstance(value, int):
+        ty = "i32" if -(2**31) <= value < 2**31 else "u64" if value >= 2**63 else "i64"
+        if not specialise:
+            return (ty, None)
+        if value == 1:
+            return ("constexpr", 1)
+        return (ty, "D" if value % 16 == 0 else "")
+    if isinstance(value, float):
+        return ("fp32", None)
+    if isinstance(value, torch.Tensor):
+        names = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.int64: "i64",
+                 torch.int32: "i32", torch.int8: "i8", torch.uint8: "u8", torch.bool: "i1"}
+        ty = "*" + names.get(value.dtype, str(value.dtype))
+        return (ty, ("D" if value.data_ptr() % 16 == 0 else "") if specialise else None)
+    raise TypeError(f"no specialisation for {type(value).__name__}")
+
+
+def _specialize(value: Any, specialise: bool) -> tuple[str, Any]:
+    try:
+        from triton._C.libtriton import native_specialize_impl
+        from triton.backends.compiler import BaseBackend
+    except ImportError:  # pragma: no cover - older Triton
+        return specialize_in_python(value, specialise)
+    return tuple(native_specialize_impl(BaseBackend, value, False, specialise, True))
+
+
 def variant_key(fn: Any, args: tuple, kwargs: dict) -> VariantKey:
     """The specialisation Triton would compile for ``fn[grid](*args, **kwargs)``."""
-    from triton._C.libtriton import native_specialize_impl
-    from triton.backends.compiler import BaseBackend
-
     params = _params(fn)
     names = {p[0] for p in params}
     values = dict(zip((p[0] for p in params), args, strict=False))
@@ -58,7 +91,7 @@ def variant_key(fn: Any, args: tuple, kwargs: dict) -> VariantKey:
         if constexpr:
             key.append((name, v))
         else:
-            key.append((name, native_specialize_impl(BaseBackend, v, False, specialise, True)))
+            key.append((name, _specialize(v, specialise)))
     options = tuple(sorted((k, v) for k, v in kwargs.items() if k not in names))  # num_warps...
     return getattr(fn, "__name__", str(fn)), (*key, *options)
 

@@ -47,3 +47,17 @@ def test_key_follows_tritons_rule_for_specialised_ints():
 @pytest.mark.skipif(not INTERPRETER, reason="interpreter only")
 def test_nothing_is_compiled_under_the_interpreter():
     assert variants.compiled_variants() is None
+
+
+def test_python_rule_matches_tritons_native_one():
+    """The fallback for a Triton without ``native_specialize_impl`` gives the same keys."""
+    from triton._C.libtriton import native_specialize_impl
+    from triton.backends.compiler import BaseBackend
+
+    values = [1, 2, 16, 17, 48, -16, 2**31, 2**40, 0.5, True, None, torch.zeros(4),
+              torch.zeros(8, dtype=torch.bfloat16)[1:], torch.zeros(3, dtype=torch.int32),
+              torch.zeros(2, dtype=torch.int64), torch.zeros(5, dtype=torch.float16)]
+    for v in values:
+        for specialise in (True, False):
+            want = tuple(native_specialize_impl(BaseBackend, v, False, specialise, True))
+            assert variants.specialize_in_python(v, specialise) == want, (v, specialise)
