@@ -108,7 +108,7 @@ def _attention_variants(ex: EngineExecutor) -> int:
         return 0
     launches = attention_variants(s.num_heads // s.num_kv_heads, sms)
     for tokens, seqs, splits in launches:
-        step = ghost_step([(tokens // seqs, ex.max_context)] * seqs, ex.block_size)
+        step = ghost_step([(tokens // seqs, max(ex.max_context, tokens // seqs))] * seqs, ex.block_size)
         x = step.to_device(ex.device)
         q = torch.zeros(tokens, s.num_heads, s.head_dim, dtype=ex.model.dtype, device=ex.device)
         paged_attention_triton(q, k_cache, v_cache, x.block_tables, x.query_start_loc,
