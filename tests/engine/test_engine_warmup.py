@@ -139,3 +139,26 @@ def test_warmup_launches_every_attention_variant_the_rule_can_pick(sms, group):
             for context in (tokens, 1000, 8192, 131072):
                 s = choose_num_splits(num_programs(tokens, seqs, 8, bm, group), context, sms)
                 assert (bm, s) in warm, (seqs, tokens, context)
+
+
+def test_warmup_launches_attention_variants_on_a_gpu(tiny, monkeypatch):
+    """With SMs (a GPU), the warm-up launches attention once per (query tile, split count) on
+    the layer-0 cache, with q shaped as the model's; on a CPU it launches none."""
+    from engine import warmup
+    from kernels.attention import SPLIT_CHOICES
+
+    ex = EngineExecutor(tiny, num_blocks=8, block_size=4)
+    assert warmup._attention_variants(ex) == 0  # a CPU: no splits, the ghost steps suffice
+    seen = []
+
+    def fake(q, k_cache, v_cache, bt, qsl, lens, scale, num_splits):
+        assert k_cache.data_ptr() == ex.kv.layers[0][0].data_ptr() and q.dtype == tiny.dtype
+        assert q.shape[1:] == (4, 16) and bt.dtype == qsl.dtype == lens.dtype == torch.int32
+        assert int(qsl[-1]) == q.shape[0] and (lens >= 1).all()
+        seen.append((q.shape[0], lens.shape[0], num_splits))
+
+    monkeypatch.setattr(warmup, "sm_count", lambda device: 132)
+    monkeypatch.setattr(warmup, "use_triton", lambda impl, *t: True)
+    monkeypatch.setattr(warmup, "paged_attention_triton", fake)
+    assert warmup._attention_variants(ex) == len(seen) == 2 * len(SPLIT_CHOICES)
+    assert {s for _, _, s in seen} == set(SPLIT_CHOICES) and {(t, b) for t, b, _ in seen} == {(4, 4), (64, 1)}
