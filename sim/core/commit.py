@@ -81,22 +81,32 @@ def begin_step(c, e, now, duration):
     return duration
 
 
+@leaf
+def itl_bin(gap):
+    """The histogram bin of an inter-token gap (200 per decade from 1 µs)."""
+    if not gap > 0.0:
+        return 0
+    b = int(np.floor((np.log10(gap) - ITL_LOG_MIN) * ITL_PER_DECADE))
+    return min(max(b, 0), ITL_BINS - 1)
+
+
 @jit
-def token_out(c, rid, now):
-    """A token of ``rid`` came out at ``now``: its first, or one more inter-token gap."""
+def token_out(c, rid, now, gap_seen, bin_seen):
+    """A token of ``rid`` came out at ``now``: its first, or one more inter-token gap (counted in
+    whole nanoseconds, so sums do not depend on order). ``gap_seen``/``bin_seen``: the last gap
+    binned (rows of a step mostly share one); returns the pair for the next token."""
     r = c.req
     if np.isnan(r.first_token[rid]):
         r.first_token[rid] = now
     else:
         gap = now - r.last_token[rid]
+        if gap != gap_seen:
+            gap_seen, bin_seen = gap, itl_bin(gap)
         cls = r.class_id[rid]
-        c.itl_sum[cls] += gap
-        b = 0
-        if gap > 0.0:
-            b = int(np.floor((np.log10(gap) - ITL_LOG_MIN) * ITL_PER_DECADE))
-            b = min(max(b, 0), ITL_BINS - 1)
-        c.itl_hist[cls, b] += 1
+        c.itl_sum[cls] += np.int64(gap * 1e9 + 0.5)
+        c.itl_hist[cls, bin_seen] += 1
     r.last_token[rid] = now
+    return gap_seen, bin_seen
 
 
 @jit
@@ -107,44 +117,47 @@ def commit(c, e, now, stopped, use_stopped):
     pn = c.es[e, S_PN]
     spec_k = c.ep[e, P_SPEC_K]
     prefill_role = c.ep[e, P_ROLE] == PREFILL
+    ids, new, comp, samp = c.p_ids[e], c.p_new[e], c.p_comp[e], c.p_samp[e]
+    num_computed, num_generated, num_tokens, output_len = r.num_computed, r.num_generated, r.num_tokens, r.output_len
     tokens = 0
     decodes = 0
     for i in range(pn):
-        rid = c.p_ids[e, i]
-        r.num_computed[rid] = c.p_comp[e, i] + c.p_new[e, i]
-        tokens += c.p_new[e, i]
-        if c.p_new[e, i] == 1 and c.p_comp[e, i] > 0:
+        num_computed[ids[i]] = comp[i] + new[i]
+        tokens += new[i]
+        if new[i] == 1 and comp[i] > 0:
             decodes += 1
+    prefix = c.ep[e, P_PREFIX]
     for i in range(pn):
-        if not c.p_samp[e, i]:
+        if not samp[i]:
             continue
-        rid = c.p_ids[e, i]
+        rid = ids[i]
         gained = 1
         if spec_k:  # a decode keeps its accepted drafts plus one token of the target's own
-            if c.p_new[e, i] == 1 and c.p_comp[e, i] > 0:
-                gained = 1 + accepted_drafts(c.g[G_SEED], rid, r.num_generated[rid], spec_k, c.epf[e, F_SPEC_ALPHA])
-            gained = min(gained, r.output_len[rid] - r.num_generated[rid])
-            r.num_computed[rid] += gained - 1  # the kept drafts' KV entries are valid
-        r.num_generated[rid] += gained
-        r.num_tokens[rid] += gained
-        if c.ep[e, P_PREFIX] and r.num_generated[rid] == gained:
+            if new[i] == 1 and comp[i] > 0:
+                gained = 1 + accepted_drafts(c.g[G_SEED], rid, num_generated[rid], spec_k, c.epf[e, F_SPEC_ALPHA])
+            gained = min(gained, output_len[rid] - num_generated[rid])
+            num_computed[rid] += gained - 1  # the kept drafts' KV entries are valid
+        num_generated[rid] += gained
+        num_tokens[rid] += gained
+        if prefix and num_generated[rid] == gained:
             kv.cache_prefix(c, e, rid)
     any_done = False
+    gap, bin_ = -1.0, 0
     for i in range(pn):
-        if not c.p_samp[e, i]:
+        if not samp[i]:
             continue
-        rid = c.p_ids[e, i]
-        limit = 1 if prefill_role else r.output_len[rid]
-        done = r.num_generated[rid] >= limit or (use_stopped and stopped[i])
+        rid = ids[i]
+        limit = 1 if prefill_role else output_len[rid]
+        done = num_generated[rid] >= limit or (use_stopped and stopped[i])
         if prefill_role:
             if done and r.output_len[rid] > 1:
                 hand_over(c, e, rid, now)
                 any_done = True
                 continue
             if done:
-                token_out(c, rid, now)
+                gap, bin_ = token_out(c, rid, now, gap, bin_)
         else:
-            token_out(c, rid, now)
+            gap, bin_ = token_out(c, rid, now, gap, bin_)
         if done:
             finish(c, e, rid, now)
             any_done = True

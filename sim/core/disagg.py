@@ -88,5 +88,5 @@ def release_source(c, rid):
 def kv_arrived(c, e, rid, now):
     c.es[e, S_NTRANSFER] -= 1
     join_running(c, e, rid)
-    token_out(c, rid, now)
+    token_out(c, rid, now, -1.0, 0)
 

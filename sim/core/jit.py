@@ -11,6 +11,10 @@ the same results, slowly.
 
 from __future__ import annotations
 
+import hashlib
+import os
+from pathlib import Path
+
 try:
     from numba import njit as _njit
     from numba.core import types as _types
@@ -19,6 +23,38 @@ try:
     HAVE_NUMBA = True
 except ImportError:  # pragma: no cover - exercised where numba is not installed
     HAVE_NUMBA = False
+
+
+# The compiled core spans these folders. Numba's cache checks only a function's own file, so a
+# change to a callee elsewhere would leave a caller's stale build in use: here every file of the
+# core stamps every cached function, and any change recompiles them all.
+_SIM = Path(__file__).resolve().parents[1]
+CORE_FILES = frozenset(str(p) for d in ("core", "pricing", "loops") for p in (_SIM / d).glob("*.py"))
+CORE_STAMP = hashlib.sha256(b"".join(Path(p).read_bytes() for p in sorted(CORE_FILES))).hexdigest()
+
+if HAVE_NUMBA:
+    from numba.core import caching as _caching
+
+    def _public(name: str):  # numba < 0.62 names them with a leading underscore
+        return getattr(_caching, name, None) or getattr(_caching, f"_{name}")
+
+    class _CoreStamp:
+        def get_source_stamp(self):
+            return CORE_STAMP
+
+        @classmethod
+        def from_function(cls, py_func, py_file):
+            if os.path.realpath(py_file) not in CORE_FILES:
+                return None
+            return super().from_function(py_func, py_file)
+
+    class CoreUserProvidedLocator(_CoreStamp, _public("UserProvidedCacheLocator")):
+        """The core's functions in NUMBA_CACHE_DIR, stamped with the whole core."""
+
+    class CoreInTreeLocator(_CoreStamp, _public("InTreeCacheLocator")):
+        """The core's functions beside their source, stamped with the whole core."""
+
+    _public("CacheImpl")._locator_classes[:0] = [CoreUserProvidedLocator, CoreInTreeLocator]
 
 
 def jit(fn):

@@ -59,9 +59,14 @@ def continuous(c, e):
     admitting = c.es[e, S_NWAIT] and seats > 0 and c.es[e, S_NSWAP] == 0
     if admitting and admit_waiting(c, e, c.ep[e, P_MAX_BATCHED], seats, False, False):
         return  # a step of whole prompts
-    for i in range(c.es[e, S_NRUN]):
-        rid = c.running[e, i]
-        add_row(c, e, rid, r.num_tokens[rid] - r.num_computed[rid])
+    running, ids, new = c.running[e], c.p_ids[e], c.p_new[e]  # every running request: its next tokens
+    num_tokens, num_computed = r.num_tokens, r.num_computed
+    n = c.es[e, S_NRUN]
+    for i in range(n):
+        rid = running[i]
+        ids[i] = rid
+        new[i] = num_tokens[rid] - num_computed[rid]
+    c.es[e, S_PN] = n
     grow(c, e, 0)
 
 
@@ -150,13 +155,14 @@ def schedule(c, e, now):
     if pn == 0:
         return 0
     r = c.req
+    ids, new, comp, samp = c.p_ids[e], c.p_new[e], c.p_comp[e], c.p_samp[e]
+    num_computed, num_tokens, first_scheduled = r.num_computed, r.num_tokens, r.first_scheduled
     for i in range(pn):
-        rid = c.p_ids[e, i]
-        comp = r.num_computed[rid]
-        c.p_comp[e, i] = comp
-        c.p_samp[e, i] = comp + c.p_new[e, i] == r.num_tokens[rid]
-        if np.isnan(r.first_scheduled[rid]):
-            r.first_scheduled[rid] = now
-    shape_into(c.shape[e], c.p_new[e], c.p_comp[e], c.p_samp[e], pn, c.ep[e, P_SPEC_K],
+        rid = ids[i]
+        comp[i] = num_computed[rid]
+        samp[i] = comp[i] + new[i] == num_tokens[rid]
+        if np.isnan(first_scheduled[rid]):
+            first_scheduled[rid] = now
+    shape_into(c.shape[e], new, comp, samp, pn, c.ep[e, P_SPEC_K],
                c.es[e, S_SWAP_IN] + c.es[e, S_SWAP_OUT], c.ep[e, P_BLOCK_SIZE])
     return pn

@@ -30,11 +30,12 @@ def grow(c, e, first):
     r = c.req
     bs = c.ep[e, P_BLOCK_SIZE]
     ahead = c.ep[e, P_SPEC_K]
+    ids, new, num_computed, num_blocks = c.p_ids[e], c.p_new[e], r.num_computed, r.num_blocks
     while True:
         total = 0
         for i in range(first, c.es[e, S_PN]):
-            rid = c.p_ids[e, i]
-            need = kv.blocks_for(r.num_computed[rid] + c.p_new[e, i] + ahead, bs) - r.num_blocks[rid]
+            rid = ids[i]
+            need = kv.blocks_for(num_computed[rid] + new[i] + ahead, bs) - num_blocks[rid]
             if need > 0:
                 total += need
         if total <= kv.available(c, e) or c.es[e, S_NRUN] == 0:
@@ -51,10 +52,10 @@ def grow(c, e, first):
     if total:
         kv.allocate(c, e, total)
         for i in range(first, c.es[e, S_PN]):
-            rid = c.p_ids[e, i]
-            need = kv.blocks_for(r.num_computed[rid] + c.p_new[e, i] + ahead, bs) - r.num_blocks[rid]
+            rid = ids[i]
+            need = kv.blocks_for(num_computed[rid] + new[i] + ahead, bs) - num_blocks[rid]
             if need > 0:
-                r.num_blocks[rid] += need
+                num_blocks[rid] += need
 
 
 @jit

@@ -90,7 +90,7 @@ class Core(NamedTuple):
     log_i: np.ndarray
     log_f: np.ndarray
     itl_hist: np.ndarray  # [classes, ITL_BINS]
-    itl_sum: np.ndarray  # [classes]
+    itl_sum: np.ndarray  # [classes] whole nanoseconds
 
 
 CoreType, CoreRef = struct("Core", Core._fields, __name__)
@@ -197,4 +197,4 @@ def core_of(engines: list[EngineSpec], table: RequestTable, *, seed: int = 0, ro
         stage_free=np.zeros((R, int(rp[:, R_COUNT].max()))), rt=rt, rtable=block_table(router_tables),
         lk=np.zeros(5) if link is None else link, g=np.array([seed, 0, 0], dtype=np.int64),
         out=ints(2 * table.n + 64), log_i=np.zeros((LOG_ROWS, len(LOG_INT_COLUMNS)), dtype=np.int32),
-        log_f=np.zeros((LOG_ROWS, 2)), itl_hist=ints(classes, ITL_BINS), itl_sum=np.zeros(classes))
+        log_f=np.zeros((LOG_ROWS, 2)), itl_hist=ints(classes, ITL_BINS), itl_sum=ints(classes))
