@@ -99,8 +99,17 @@ class TraceArrivals(TraceFile):
     rate: PositiveFloat | None = None  # rescale to this mean rate
 
 
+class ClosedArrivals(Strict):
+    """Closed loop: ``concurrency`` users, each sending its next request ``think_time_s`` after
+    its previous one finished; requests are taken in order. Arrival times depend on the server."""
+
+    process: Literal["closed"]
+    concurrency: PositiveInt
+    think_time_s: NonNegativeFloat = 0.0
+
+
 Arrivals = Annotated[
-    PoissonArrivals | GammaArrivals | ConstantArrivals | TraceArrivals,
+    PoissonArrivals | GammaArrivals | ConstantArrivals | TraceArrivals | ClosedArrivals,
     Field(discriminator="process"),
 ]
 

@@ -154,6 +154,14 @@ def _conversations(s, ctx: StreamContext) -> StreamTraffic:
 # -- pieces ----------------------------------------------------------------------------------
 def _arrivals(s, ctx: StreamContext, num_requests: int | None) -> np.ndarray:
     a = s.arrival
+    if a.process == "closed":
+        # Placeholder times (0): a closed loop's sends depend on completions. The load
+        # generator and endpoint validation run it (issue 14); the simulator's own closed
+        # loop replaces this on main.
+        if num_requests is None:
+            raise ScenarioError(ctx.source, f"{ctx.field}.num_requests",
+                                "a closed loop needs num_requests")
+        return np.zeros(num_requests)
     if a.process == "trace":
         tr = read_trace(a, ctx.resolve(a.path), f"{ctx.field}.arrival.path")
         t = rescale_times(tr.arrival, a.time_scale, a.rate)

@@ -1,0 +1,137 @@
+"""``servesim loadgen`` here; ``servesim calibrate --endpoint`` and ``servesim validate
+--endpoint`` branch from ``calibration/cli.py`` into ``cmd_calibrate`` / ``cmd_validate``."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from urllib.parse import urlparse
+
+from sim.errors import InputError
+
+
+def check_url(url: str) -> str:
+    u = urlparse(url)
+    if u.scheme not in ("http", "https") or not u.hostname:
+        raise InputError("--endpoint", url, "expected a URL like http://127.0.0.1:8000")
+    from endpoint.server_metrics import get
+
+    if get(url, "/v1/models") is None:
+        raise InputError("--endpoint", url, "no OpenAI-compatible server answers there "
+                         "(GET /v1/models failed)")
+    return url
+
+
+def served_model(url: str, model: str | None) -> str:
+    from endpoint.server_metrics import identity
+
+    ids = [m["id"] for m in identity(url).get("models", [])]
+    if model is None:
+        if not ids:
+            raise InputError("--model", None, "the server lists no model; give --model")
+        return ids[0]
+    if ids and model not in ids:
+        raise InputError("--model", model, f"the server serves {', '.join(ids)}")
+    return model
+
+
+def add_client_options(p, model_help: str = "served model name (default: the server's first)") -> None:
+    p.add_argument("--model", default=None, help=model_help)
+    p.add_argument("--tokenizer", default=None,
+                   help="tokenizer.json or model folder (default: the served model's folder, if local)")
+    p.add_argument("--api", choices=["completions", "chat"], default="completions")
+    p.add_argument("--no-exact-output", action="store_true",
+                   help="do not send ignore_eos / min_tokens (servers that reject them)")
+
+
+@contextlib.contextmanager
+def progress_bar(total: int, label: str, enabled: bool = True):
+    from calibration.progress import ticker
+
+    with ticker(enabled) as t:
+        t.stage(label, total)
+        yield t
+
+
+def measure(scenario, url: str, model: str, *, tokenizer: str | None, api: str, exact: bool,
+            source: str, progress: bool = True, label: str | None = None):
+    """Run the scenario's requests against the server; returns (plan, LoadResult)."""
+    from endpoint.loadgen import Options, run
+    from endpoint.replay import check_fits, load_vocab, plan
+    from endpoint.server_metrics import identity
+
+    vocab = load_vocab(url, tokenizer)
+    opts = Options(url=url, model=model, api=api, exact_output=exact)
+    overhead = chat_overhead(opts) if api == "chat" else 0
+    p = plan(scenario, vocab, api=api, chat_overhead=overhead)
+    models = {m["id"]: m for m in identity(url).get("models", [])}
+    check_fits(p, (models.get(model) or {}).get("max_model_len"), source)
+    with progress_bar(len(p.requests), label or scenario.name, progress) as bar:
+        result = run(p.requests, opts, closed=p.closed, think_time_s=p.think_time_s,
+                     on_done=lambda _r: bar.tick())
+    return p, result
+
+
+def chat_overhead(opts) -> int:
+    """Tokens the chat template adds around a one-word user message."""
+    from endpoint.loadgen import Request, run
+
+    probe = Request(0, 0.0, " hello", 1, 1)
+    rec = run([probe], opts).records[0]
+    if rec.error or rec.prompt_tokens is None:
+        raise InputError("--api", "chat", f"a chat request failed: {rec.error or 'no usage in the stream'}")
+    return max(int(rec.prompt_tokens) - 1, 0)
+
+
+def cmd_loadgen(args) -> int:
+    from endpoint.records import itl_frame, requests_frame, write_run
+    from endpoint.server_metrics import identity
+    from sim.cli.console import console
+    from sim.scenario.schema import load_scenario
+
+    url = check_url(args.endpoint)
+    model = served_model(url, args.model)
+    scenario = load_scenario(args.scenario, args.set)
+    source = args.scenario or "<default scenario>"
+    p, result = measure(scenario, url, model, tokenizer=args.tokenizer, api=args.api,
+                        exact=not args.no_exact_output, source=source, progress=not args.no_progress)
+    req = requests_frame(result, scenario.slo, p.workload.class_names,
+                         p.workload.class_id)
+    itl = itl_frame(result)
+    meta = {"scenario": scenario.name, "endpoint": url, "model": model, "api": args.api,
+            "server": identity(url), "start_unix": result.start_wall}
+    paths = write_run(args.out, result, req, itl, meta)
+    print_run(console, req, itl, result)
+    console.print(f"results in {Path(args.out).resolve()} ({', '.join(p.name for p in paths.values())})")
+    return 0 if (req["status"] == "finished").all() else 1
+
+
+def print_run(console, req, itl, result) -> None:
+    from endpoint.records import bench_metrics
+
+    b = bench_metrics(req, itl, result.duration_s)
+    bad = int((req["status"] != "finished").sum())
+    console.print(f"{b['completed']} requests in {b['duration_s']:.1f} s ({result.mode} loop), "
+                  f"{bad} failed: {b['request_throughput']:.2f} req/s, {b['output_throughput']:.1f} tok/s out")
+    for m in ("ttft", "tpot", "itl", "e2el"):
+        if f"median_{m}_ms" in b:
+            console.print(f"  {m.upper():5} mean {b[f'mean_{m}_ms']:8.1f} ms  median {b[f'median_{m}_ms']:8.1f} ms"
+                          f"  p99 {b[f'p99_{m}_ms']:8.1f} ms")
+    c = result.client
+    lag = f"send lag p99 {c['send_lag_p99_ms']:.2f} ms, " if "send_lag_p99_ms" in c else ""
+    console.print(f"  client: {lag}event-loop lag p99 {c['loop_lag_p99_ms']:.2f} ms, "
+                  f"CPU {c['cpu_per_chunk_us']:.0f} µs per chunk")
+    for e in sorted({e for e in req["error"] if e})[:3]:
+        console.print(f"[red]error:[/] {e}")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("loadgen", help="replay a scenario's requests against an OpenAI-compatible "
+                       "server; write requests.parquet, itl.parquet, summary.json")
+    p.add_argument("scenario", nargs="?", help="scenario YAML (default: the embedded default)")
+    p.add_argument("--endpoint", required=True, help="server base URL, e.g. http://127.0.0.1:8000")
+    add_client_options(p)
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
+    p.add_argument("--out", default="results-loadgen")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=cmd_loadgen)
