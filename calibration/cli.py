@@ -17,9 +17,14 @@ def _positive(name: str, value):
 
 
 def cmd_calibrate(args) -> int:
+    if args.endpoint:
+        from endpoint.cli import cmd_calibrate as calibrate_endpoint
+
+        return calibrate_endpoint(args)
     from engine.cli import require_torch
 
     require_torch()
+    args.model = args.model or "tiny-llama-12m"
     from calibration.calibrate import Options, calibrate
     from calibration.grid import grid_for
     from sim.cli.console import console
@@ -89,6 +94,10 @@ def parse_bounds(items: list[str]) -> dict[str, float]:
 
 
 def cmd_validate(args) -> int:
+    if args.endpoint:
+        from endpoint.cli import cmd_validate as validate_endpoint
+
+        return validate_endpoint(args)
     from engine.cli import engine_setup, require_torch
 
     require_torch()
@@ -169,10 +178,12 @@ def cmd_import_vidur(args) -> int:
 
 
 def register(sub) -> None:
+    from endpoint.cli import add_endpoint_options
     from engine.cli import add_engine_options
 
     p = sub.add_parser("calibrate", help="measure the engine's costs on this device; write a profile")
-    p.add_argument("--model", default="tiny-llama-12m", help="catalog model (default tiny-llama-12m)")
+    p.add_argument("--model", default=None, help="catalog model (default tiny-llama-12m); with "
+                   "--endpoint: the served model for the simulator (catalog name or config.json)")
     p.add_argument("--out", default=None, help="profile JSON (default profile-MODEL-DEVICE.json)")
     p.add_argument("--quick", action="store_true", help="a small grid (seconds; for smoke tests)")
     p.add_argument("--repeats", type=int, default=None, help="timed runs per point (median kept)")
@@ -185,6 +196,7 @@ def register(sub) -> None:
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--seed", type=int, default=0)
     add_engine_options(p)
+    add_endpoint_options(p, "calibrate")
     p.set_defaults(func=cmd_calibrate)
 
     v = sub.add_parser("validate", help="run a scenario on the engine and simulate it with a "
@@ -202,6 +214,9 @@ def register(sub) -> None:
                    help="price steps with the profile's whole-step fit, its per-op model, or "
                    "its default (the step fit when present)")
     add_engine_options(v)
+    add_endpoint_options(v, "validate")
+    v.add_argument("--repeats", type=int, default=1,
+                   help="with --endpoint: measured runs of the workload (2: the run-to-run spread)")
     v.set_defaults(func=cmd_validate)
 
     i = sub.add_parser("import-vidur", help="turn Vidur's profiling CSVs into a servesim profile")

@@ -135,3 +135,90 @@ def register(sub) -> None:
     p.add_argument("--out", default="results-loadgen")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_loadgen)
+
+
+# -- servesim calibrate --endpoint ------------------------------------------------------------
+def add_endpoint_options(p, what: str) -> None:
+    """Options that ``calibrate`` / ``validate`` take with ``--endpoint`` (see calibration/cli.py)."""
+    g = p.add_argument_group(f"{what} an OpenAI-compatible server (--endpoint)")
+    g.add_argument("--endpoint", default=None, metavar="URL",
+                   help=f"{what} this server instead of the in-repo engine, e.g. http://127.0.0.1:8000")
+    g.add_argument("--served-model", default=None,
+                   help="the server's model name (default: its first)")
+    g.add_argument("--tokenizer", default=None,
+                   help="tokenizer.json or model folder (default: the served model's folder, if local)")
+
+
+def sim_model_for(url: str, served: str, given: str | None):
+    """The scenario ``model:`` of the served model: ``--model`` (catalog name or config.json),
+    else the served model's local folder's config.json."""
+    from endpoint.server_metrics import identity
+
+    if given:
+        p = Path(given)
+        if p.suffix == ".json" or p.is_dir():
+            return {"hf_config": str(p.resolve())}
+        from sim.scenario.specs import get_model
+
+        try:
+            return get_model(given).name
+        except KeyError as e:
+            raise InputError("--model", given, e.args[0]) from None
+    for m in identity(url).get("models", []):
+        root = m.get("root")
+        if m.get("id") == served and root and (Path(root) / "config.json").is_file():
+            return {"hf_config": str(Path(root).resolve() / "config.json")}
+    raise InputError("--model", None, "name the served model for the simulator (a catalog model or its "
+                     "config.json): the server does not name a local model folder")
+
+
+def cmd_calibrate(args) -> int:
+    import yaml
+
+    from endpoint.calibrate import Settings, calibrate, saturation_check
+    from endpoint.records import write_text
+    from endpoint.replay import load_vocab
+    from sim.cli.console import console
+    from sim.pricing.profile import save_profile
+
+    url = check_url(args.endpoint)
+    served = served_model(url, args.served_model)
+    sim_model = sim_model_for(url, served, args.model)
+    vocab = load_vocab(url, args.tokenizer)
+    out = Path(args.out or "profile-endpoint.json")
+    s = Settings(url=url, model=served, sim_model=sim_model, quick=args.quick, seed=args.seed, progress=not args.no_progress,
+                 device_type="cpu" if args.device == "cpu" else "gpu")
+    profile, fragment, data = calibrate(s, vocab)
+    path = save_profile(profile, out)
+    frag_path = out.with_suffix(".scenario.yaml")
+    fragment["cost"]["profile"] = out.name
+    write_text(frag_path, "# scheduler inferred by servesim calibrate --endpoint; merge into a scenario\n"
+               + yaml.safe_dump(fragment, sort_keys=False))
+    sat = saturation_check(path, fragment, data, out.parent)
+    grid = dict(profile.grid)
+    grid["fit"] = {**grid["fit"], "saturation": sat}
+    grid["phases_s"] = data.phases_s
+    profile = profile.model_copy(update={"grid": grid})
+    _save_atomic(profile, path)
+    st = grid["fit"]["step"]
+    console.print(f"calibrated {served} at {url} in {data.phases_s['total']:.0f} s; profile in {path}, "
+                  f"scheduler in {frag_path}")
+    console.print(f"fit on {st['n']} measurements: median error {st['median_abs_rel_error']:.1%} "
+                  + ", ".join(f"{k} {st[k]['median_abs_rel_error']:.1%}" for k in ("ttft", "decode", "mixed")
+                              if k in st))
+    console.print(f"per-request overhead {profile.request_overhead_s * 1e3:.1f} ms; scheduler: "
+                  f"{fragment['scheduler']}" + (f", {fragment['hardware']['kv_blocks']} KV blocks"
+                                                if "hardware" in fragment else ""))
+    console.print(f"saturation (closed loop of {sat['concurrency']}): measured {sat['measured_req_per_s']:.2f} "
+                  f"req/s, simulated {sat['simulated_req_per_s']:.2f} ({sat['rel_diff']:+.1%})")
+    for n in profile.notes:
+        console.print(f"  note: {n}")
+    return 0
+
+
+def _save_atomic(profile, path: Path) -> Path:
+    import json
+
+    from endpoint.records import write_text
+
+    return write_text(path, json.dumps(profile.model_dump(mode="json"), indent=1))

@@ -163,12 +163,16 @@ async def _loop_lag(samples: list[float], stop: asyncio.Event, period: float = 0
 
 async def run_async(requests: Sequence[Request], opts: Options, *, closed: int | None = None,
                     think_time_s: float = 0.0, on_done: Callable[[Record], None] | None = None,
-                    on_start: Callable[[float], None] | None = None) -> LoadResult:
-    """Send ``requests`` (open loop at their arrivals, or ``closed`` users); return records."""
+                    on_start: Callable[[float], None] | None = None,
+                    records: list[Record] | None = None) -> LoadResult:
+    """Send ``requests`` (open loop at their arrivals, or ``closed`` users); return records.
+    ``records``: an empty list to fill as the run goes (to watch it from another task)."""
     import aiohttp
 
     url = completions_url(opts)
-    records = [Record(r.request_id, r.arrival, r.prompt_len, r.max_tokens) for r in requests]
+    if records is None:
+        records = []
+    records[:] = [Record(r.request_id, r.arrival, r.prompt_len, r.max_tokens) for r in requests]
     stats = {"parse_s": 0.0, "chunks": 0}
     lag: list[float] = []
     stop = asyncio.Event()
