@@ -35,6 +35,12 @@ class Validation:
     profile: Profile | None = None
     machine: dict[str, float] = field(default_factory=dict)  # probe timings: speed drift
     adjusted: dict[str, dict[str, float]] = field(default_factory=dict)  # errors, drift removed
+    repeat: RunResult | None = None  # a second measured run of the same requests
+    errors_repeat: dict[str, dict[str, float]] = field(default_factory=dict)  # sim vs the 2nd run
+    spread: dict[str, dict[str, float]] = field(default_factory=dict)  # 2nd run vs the 1st
+    breakdown: dict[str, dict[str, float]] = field(default_factory=dict)  # stage -> real / sim
+    diagnosis: list[str] = field(default_factory=list)  # which part of the prediction is off
+    context: dict = field(default_factory=dict)  # what else the run knows (endpoint, client)
 
     def to_json(self) -> dict:
         p = self.profile
@@ -44,6 +50,8 @@ class Validation:
                          "joined": len(self.joined)},
             "errors": self.errors, "summary": self.summary, "steps": self.steps,
             "machine": self.machine, "errors_speed_adjusted": self.adjusted,
+            "errors_vs_repeat": self.errors_repeat, "run_to_run_spread": self.spread,
+            "breakdown": self.breakdown, "diagnosis": self.diagnosis, **self.context,
             "profile": None if p is None else {"model": p.model, "device": p.device.model_dump(),
                                                "dtype": p.dtype, "created": p.created,
                                                "source": p.source},

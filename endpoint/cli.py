@@ -222,3 +222,44 @@ def _save_atomic(profile, path: Path) -> Path:
     from endpoint.records import write_text
 
     return write_text(path, json.dumps(profile.model_dump(mode="json"), indent=1))
+
+
+# -- servesim validate --endpoint -------------------------------------------------------------
+def cmd_validate(args) -> int:
+    from calibration.cli import parse_bounds, print_validation
+    from calibration.compare import bounds_exceeded
+    from endpoint.validate import validate
+    from sim.cli.console import console
+    from sim.scenario.schema import load_scenario
+
+    bounds = parse_bounds(args.max_error)
+    if args.repeats < 1:
+        raise InputError("--repeats", None, f"expected a positive number, got {args.repeats}")
+    url = check_url(args.endpoint)
+    served = served_model(url, args.served_model)
+    scenario = load_scenario(args.scenario, args.set)
+    source = args.scenario or "<default scenario>"
+    out = Path(args.out)
+    v = validate(scenario, args.profile, url, served, source=source, tokenizer=args.tokenizer,
+                 repeats=args.repeats, out=out, log=lambda m: console.print(m))
+    write_validation(v, out)
+    print_validation(v, console)
+    for d in v.diagnosis:
+        console.print(f"  {d}")
+    console.print(f"results in {out.resolve()} (validation.json, report.html, requests.csv, run*/)")
+    failed = bounds_exceeded(v.errors, bounds)
+    for f in failed:
+        console.print(f"[red]FAIL:[/] {f}")
+    return 1 if failed else 0
+
+
+def write_validation(v, out: Path) -> None:
+    from calibration.report import write_report
+    from endpoint.records import write_json, write_text
+
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "validation.json", v.to_json())
+    write_text(out / "requests.csv", v.joined.to_csv(index=False))
+    tmp = out / ".report.html.tmp"
+    write_report(v, tmp)
+    tmp.replace(out / "report.html")
