@@ -186,8 +186,8 @@ def cmd_calibrate(args) -> int:
     sim_model = sim_model_for(url, served, args.model)
     vocab = load_vocab(url, args.tokenizer)
     out = Path(args.out or "profile-endpoint.json")
-    s = Settings(url=url, model=served, sim_model=sim_model, quick=args.quick, seed=args.seed, progress=not args.no_progress,
-                 device_type="cpu" if args.device == "cpu" else "gpu")
+    s = Settings(url=url, model=served, sim_model=sim_model, quick=args.quick, seed=args.seed,
+                 progress=not args.no_progress, device_type="cpu" if args.device == "cpu" else "gpu")
     profile, fragment, data = calibrate(s, vocab)
     path = save_profile(profile, out)
     frag_path = out.with_suffix(".scenario.yaml")

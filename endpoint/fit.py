@@ -115,7 +115,7 @@ def infer_budget(chunks: list[tuple[int, int]], decoding: int = 1) -> tuple[int 
     if hi == float("inf"):
         return None, f"every prompt (up to {max(p for p, _ in seen)} tokens) ran in one step"
     if lo > hi:
-        return int(round(lo)), f"step counts disagree ({seen}); took the lower bound"
+        return round(lo), f"step counts disagree ({seen}); took the lower bound"
     powers = [2 ** k for k in range(4, 20) if lo <= 2 ** k <= hi]
     b = powers[0] if powers else int(np.ceil(lo))
     return b, f"{lo:.0f} ≤ budget ≤ {hi:.0f} from prefill steps {seen}"

@@ -88,7 +88,7 @@ class Prober:
             self.tick()
             if rec.error:
                 raise RuntimeError(f"probe request failed: {rec.error}")
-            steps = None if before is None or after is None else int(round(after - before)) - 1
+            steps = None if before is None or after is None else round(after - before) - 1
             out.append(TtftPoint(p, rec.first_token - rec.sent, steps, rec.gaps[0] if rec.gaps else float("nan")))
         return out
 
@@ -162,8 +162,18 @@ class Prober:
         if len(before) < 3 or ends[-1] < t_first:
             return None
         base = float(np.median(before))
-        span = (ends > t_sent) & (ends - gaps < t_first)
-        return int(np.count_nonzero(span & (gaps > 2.5 * base)))
+        span = np.flatnonzero((ends > t_sent) & (ends - gaps < t_first))
+        if not len(span):
+            return None
+        # chunk steps are the long gaps: above the midpoint between a plain decode and the
+        # longest step (a noise spike on a shared machine stays below it); the step that
+        # finished the prompt counts even when its chunk was a small remainder
+        top = float(gaps[span].max())
+        if top < 1.5 * base:
+            return 1
+        long = gaps[span] > base + 0.5 * (top - base)
+        last = span[np.argmin(np.abs(ends[span] - t_first))]
+        return int(np.count_nonzero(long) + (not long[span == last][0] and gaps[last] > 1.5 * base))
 
     def max_seqs(self, n: int, prompt: int = 16, out_tokens: int = 48) -> float | None:
         async def go():

@@ -8,6 +8,7 @@ gauge. Names differ by engine and version, so lookups try each known spelling.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import time
@@ -100,17 +101,13 @@ def identity(url: str) -> dict:
     out: dict = {"url": base_url(url)}
     v = get(url, "/version")
     if v:
-        try:
+        with contextlib.suppress(json.JSONDecodeError, AttributeError):
             out["version"] = json.loads(v).get("version")
-        except (json.JSONDecodeError, AttributeError):
-            pass
     models = get(url, "/v1/models")
     if models:
-        try:
+        with contextlib.suppress(json.JSONDecodeError, AttributeError):
             out["models"] = [{k: m.get(k) for k in ("id", "root", "max_model_len", "owned_by")}
                              for m in json.loads(models).get("data", [])]
-        except (json.JSONDecodeError, AttributeError):
-            pass
     m = scrape(url)
     out["metrics"] = m is not None
     if m is not None:
@@ -139,10 +136,8 @@ class Sampler:
             if m is not None:
                 self.rows.append((time.time(), m.value(RUNNING, float("nan")),
                                   m.value(WAITING, float("nan")), m.value(KV_USAGE, float("nan"))))
-            try:
+            with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), self.period)
-            except asyncio.TimeoutError:
-                pass
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run())
