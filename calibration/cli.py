@@ -110,8 +110,11 @@ def cmd_validate(args) -> int:
 
     scenario = load_scenario(args.scenario, args.set)
     source = args.scenario or "<default scenario>"
+    if args.repeats < 1:
+        raise InputError("--repeats", None, f"expected a positive number, got {args.repeats}")
     v = validate(scenario, args.profile, engine_setup(args), source,
-                 log=lambda m: console.print(m), idle=args.idle, cost_mode=args.cost_mode)
+                 log=lambda m: console.print(m), idle=args.idle, cost_mode=args.cost_mode,
+                 repeats=args.repeats)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "validation.json").write_text(json.dumps(v.to_json(), indent=2))
@@ -123,6 +126,8 @@ def cmd_validate(args) -> int:
     steps.to_csv(out / "steps.csv", index=False)
     write_report(v, out / "report.html")
     print_validation(v, console)
+    for d in v.diagnosis:
+        console.print(f"  {d}")
     console.print(f"results in {out.resolve()} (validation.json, report.html, requests.csv, "
                   "steps.csv)")
     failed = bounds_exceeded(v.errors, bounds)
@@ -216,7 +221,7 @@ def register(sub) -> None:
     add_engine_options(v)
     add_endpoint_options(v, "validate")
     v.add_argument("--repeats", type=int, default=1,
-                   help="with --endpoint: measured runs of the workload (2: the run-to-run spread)")
+                   help="measured runs of the workload (2: the run-to-run spread beside the error)")
     v.set_defaults(func=cmd_validate)
 
     i = sub.add_parser("import-vidur", help="turn Vidur's profiling CSVs into a servesim profile")

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from calibration.compare import error_stats, join, step_errors, summary_diff
+from calibration.compare import breakdown, diagnose, error_stats, join, spread, step_errors, summary_diff
 from calibration.realtime import StepRecorder, run_engine
 from sim.errors import InputError, ProfileError
 from sim.loops.run import RunResult, simulate
@@ -135,11 +135,12 @@ def simulate_with(scenario: Scenario, mode: str = "auto", speed: float = 1.0) ->
 
 
 def validate(scenario: Scenario, profile_path: str | Path, setup, source: str = "<scenario>",
-             log=None, idle: str = "sleep", cost_mode: str = "auto") -> Validation:
+             log=None, idle: str = "sleep", cost_mode: str = "auto", repeats: int = 1) -> Validation:
     """Execute ``scenario`` on the engine, simulate it with the profile, compare.
 
     ``idle``: how the engine run waits for arrivals (``sleep`` as ``servesim execute`` does,
-    or ``spin``); ``cost_mode``: the profile's step fit, per-op model, or its default."""
+    or ``spin``); ``cost_mode``: the profile's step fit, per-op model, or its default;
+    ``repeats``: engine runs (a second one gives the measurement's run-to-run spread)."""
     from calibration.calibrate import device_name
     from calibration.harness import Harness
     from calibration.probe import probe
@@ -171,6 +172,11 @@ def validate(scenario: Scenario, profile_path: str | Path, setup, source: str = 
         log(f"executing {scenario.workload.num_requests or ''} requests on the engine "
             f"({setup.device}) ...")
     real = run_engine(pinned, recorder, setup, source, idle)
+    again_real = None
+    if repeats > 1:
+        if log:
+            log("executing it again (the run-to-run spread) ...")
+        again_real = run_engine(pinned, StepRecorder(executor), setup, source, idle)
     if log:
         log("simulating with the profile ...")
     sim = simulate_with(sim_scenario, cost_mode)
@@ -196,9 +202,23 @@ def validate(scenario: Scenario, profile_path: str | Path, setup, source: str = 
         real.steps["predicted"] = pred
     warnings += [f"simulation: {w}" for w in sim.warnings]
     warnings += [f"engine run: {w}" for w in real.warnings]
-    return Validation(real, sim, joined, error_stats(joined),
-                      summary_diff(real.summary, sim.summary), steps, warnings, profile, machine,
-                      adjusted)
+    errors = error_stats(joined)
+    spread_ = spread(real.requests, again_real.requests) if again_real is not None else {}
+    vs_repeat = error_stats(join(again_real.requests, sim.requests)) if again_real is not None else {}
+    stages = breakdown(stage_means(real.requests), stage_means(sim.requests))
+    return Validation(real, sim, joined, errors, summary_diff(real.summary, sim.summary), steps, warnings,
+                      profile, machine, adjusted, again_real, vs_repeat, spread_, stages,
+                      diagnose(errors, spread_, stages))
+
+
+def stage_means(requests: pd.DataFrame, overhead: float = 0.0) -> dict[str, float]:
+    """Mean seconds per finished request queued (arrival → first scheduled, less a per-request
+    overhead), in prefill (→ first token), decoding (→ last token), and end to end."""
+    fin = requests[requests["status"] == "finished"]
+    return {"queue_s": float((fin["queueing_delay"] - overhead).mean()),
+            "prefill_s": float((fin["first_token"] - fin["first_scheduled"]).mean()),
+            "decode_s": float((fin["completion"] - fin["first_token"]).mean()),
+            "overhead_s": overhead, "e2e_s": float(fin["e2e"].mean())}
 
 
 def machine_drift(profile: Profile, before: float, after: float) -> dict[str, float]:

@@ -19,7 +19,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from sim.loops.run import RunResult, simulate
 from sim.pricing.profile import Profile, load_profile, save_profile
@@ -120,13 +119,3 @@ def scaled_profile(profile: Profile, factor: float, path: Path) -> Path:
     p = profile.model_copy(update={"step": step, "overhead_s": profile.overhead_s * factor,
                                    "request_overhead_s": profile.request_overhead_s * factor})
     return save_profile(p, path)
-
-
-def stage_means(requests: pd.DataFrame, overhead: float) -> dict[str, float]:
-    """Mean queueing, prefill (scheduled → first token) and decode (first → last token) times
-    of the simulated requests, and their per-request overhead."""
-    fin = requests[requests["status"] == "finished"]
-    return {"queue_s": float((fin["queueing_delay"] - overhead).mean()),
-            "prefill_s": float((fin["first_token"] - fin["first_scheduled"]).mean()),
-            "decode_s": float((fin["completion"] - fin["first_token"]).mean()),
-            "overhead_s": overhead}

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from calibration.compare import breakdown, diagnose, error_stats, join, spread, summary_diff
-from calibration.validate import Validation
+from calibration.validate import Validation, stage_means
 from endpoint.server_metrics import scrape
 from sim.loops.run import RunResult
 from sim.pricing.profile import load_profile
@@ -56,7 +56,7 @@ def validate(scenario, profile_path: str | Path, url: str, model: str, *, source
     from endpoint.prompts import PromptBuilder
     from endpoint.records import itl_frame, requests_frame, write_run
     from endpoint.replay import load_vocab
-    from endpoint.simulate import scaled_profile, simulate_measured, stage_means, with_profile
+    from endpoint.simulate import scaled_profile, simulate_measured, with_profile
 
     profile = load_profile(profile_path, "--profile")
     sim_sc = with_profile(scenario, profile_path, source)
@@ -127,7 +127,6 @@ def validate(scenario, profile_path: str | Path, url: str, model: str, *, source
     if {"queue_s", "prefill_s", "decode_s"} <= stages.keys():
         real_stages["overhead_s"] = real_stages["e2e_s"] - stages["queue_s"] - stages["prefill_s"] - stages["decode_s"]
     sim_stages = stage_means(sim.requests, profile.request_overhead_s)
-    sim_stages["e2e_s"] = float(sim.requests.loc[sim.requests["status"] == "finished", "e2e"].mean())
     stages_cmp = breakdown(real_stages, sim_stages)
     errors = error_stats(joined)
     warnings += [f"simulation: {w}" for w in sim.warnings]
