@@ -40,11 +40,12 @@ def spread(first: pd.DataFrame, second: pd.DataFrame) -> dict[str, dict[str, flo
 
 
 def breakdown(real: dict[str, float], sim: dict[str, float]) -> dict[str, dict[str, float]]:
-    """Mean seconds per request in each stage (queue, prefill, decode, overhead), measured and
-    simulated, and the difference as a share of the measured mean E2E."""
+    """Mean seconds per request waiting (arrival → first scheduled: queueing, plus an
+    endpoint's per-request overhead), in prefill (→ first token) and decoding (→ last token),
+    measured and simulated, and the difference as a share of the measured mean E2E."""
     e2e = real.get("e2e_s") or float("nan")
     out = {}
-    for k in ("queue_s", "prefill_s", "decode_s", "overhead_s", "e2e_s"):
+    for k in ("wait_s", "prefill_s", "decode_s", "e2e_s"):
         r, s = real.get(k), sim.get(k)
         if r is None or s is None:
             continue

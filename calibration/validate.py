@@ -211,14 +211,14 @@ def validate(scenario: Scenario, profile_path: str | Path, setup, source: str = 
                       diagnose(errors, spread_, stages))
 
 
-def stage_means(requests: pd.DataFrame, overhead: float = 0.0) -> dict[str, float]:
-    """Mean seconds per finished request queued (arrival → first scheduled, less a per-request
-    overhead), in prefill (→ first token), decoding (→ last token), and end to end."""
+def stage_means(requests: pd.DataFrame) -> dict[str, float]:
+    """Mean seconds per finished request waiting (arrival → first scheduled), in prefill
+    (→ first token), decoding (→ last token), and end to end."""
     fin = requests[requests["status"] == "finished"]
-    return {"queue_s": float((fin["queueing_delay"] - overhead).mean()),
+    return {"wait_s": float(fin["queueing_delay"].mean()),
             "prefill_s": float((fin["first_token"] - fin["first_scheduled"]).mean()),
             "decode_s": float((fin["completion"] - fin["first_token"]).mean()),
-            "overhead_s": overhead, "e2e_s": float(fin["e2e"].mean())}
+            "e2e_s": float(fin["e2e"].mean())}
 
 
 def machine_drift(profile: Profile, before: float, after: float) -> dict[str, float]:

@@ -29,7 +29,8 @@ from sim.traffic import Workload
 
 def with_profile(scenario: Scenario, profile_path: str | Path, source: str,
                  extra: list[str] = ()) -> Scenario:
-    data = scenario.model_dump(mode="json", exclude={"base_dir"})
+    # only what was set: a full dump would set fields that apply to some formats only
+    data = scenario.model_dump(mode="json", exclude={"base_dir"}, exclude_unset=True)
     data = apply_overrides(data, ["cost.model=profile", f"cost.profile={Path(profile_path).resolve()}",
                                   *extra], source)
     return scenario_from_dict(data, source, scenario.base_dir)
