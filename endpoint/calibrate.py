@@ -46,11 +46,11 @@ def grid(s: Settings, max_len: int) -> dict:
     if s.quick:
         return {"ttft_prompts": [p for p in (16, 128, 512, 1024) if p <= cap], "ttft_repeats": 1,
                 "decode_batches": [1, 4], "decode_contexts": [32, 512], "decode_tokens": 16,
-                "mixed_batches": [2], "mixed_prompts": [0.5], "max_seqs_requests": 24,
+                "decode_rounds": 1, "mixed_batches": [2], "mixed_prompts": [0.5], "max_seqs_requests": 24,
                 "saturation_requests": 8, "budget_tokens": 4096}
     return {"ttft_prompts": [p for p in (8, 32, 64, 128, 256, 384, 512, 768, 1024, 1536, 2000) if p <= cap],
             "ttft_repeats": 3, "decode_batches": [1, 2, 4, 8, 16, 32], "decode_contexts": [32, 512, 1536],
-            "decode_tokens": 32, "mixed_batches": [1, 4, 12], "mixed_prompts": [0.25, 0.5, 0.9],
+            "decode_tokens": 32, "decode_rounds": 2, "mixed_batches": [1, 4, 12], "mixed_prompts": [0.25, 0.5, 0.9],
             "max_seqs_requests": 64, "saturation_requests": 40, "budget_tokens": 8192}
 
 
@@ -139,7 +139,11 @@ def calibrate(s: Settings, vocab: WordVocab, log=print) -> tuple[Profile, dict, 
 
         pairs = [(b, c) for c in g["decode_contexts"] for b in g["decode_batches"]
                  if b <= max_seqs and b * c <= g["budget_tokens"] and c + g["decode_tokens"] < max_len]
-        rng.shuffle(pairs)
+        rounds = []
+        for _ in range(g["decode_rounds"]):  # shuffled rounds: a slow spell hits any point alike
+            rng.shuffle(pairs)
+            rounds += pairs
+        pairs = rounds
         phase("ITL vs decodes × context", len(pairs))
         for b, c in pairs:
             gp = prober.decode(b, c, g["decode_tokens"])

@@ -75,10 +75,14 @@ def fit(ttft: list[TtftPoint], gaps: list[GapPoint], budget: int) -> Fit:
     x, y, kind = rows(ttft, gaps, budget)
     if len(y) < len(COLUMNS):
         raise ValueError(f"{len(y)} measurements cannot fit {len(COLUMNS)} terms")
-    c = robust_nnls(x, y, 1.0 / np.maximum(y, 1e-9))
+    # relative error, each kind of measurement weighing as much in total as any other (the
+    # many TTFT points would otherwise outvote the decode steps that make up most of E2E)
+    kinds = np.asarray(kind)
+    share = {k: 1.0 / np.count_nonzero(kinds == k) for k in set(kind)}
+    w = np.array([share[k] for k in kind]) / np.maximum(y, 1e-9)
+    c = robust_nnls(x, y, w)
     pred = x @ c
     err = pred / y - 1
-    kinds = np.asarray(kind)
     stats = {"n": len(y), "median_abs_rel_error": float(np.median(np.abs(err)))}
     for k in ("ttft", "decode", "mixed"):
         m = kinds == k

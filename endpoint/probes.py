@@ -162,18 +162,11 @@ class Prober:
         if len(before) < 3 or ends[-1] < t_first:
             return None
         base = float(np.median(before))
-        span = np.flatnonzero((ends > t_sent) & (ends - gaps < t_first))
-        if not len(span):
-            return None
-        # chunk steps are the long gaps: above the midpoint between a plain decode and the
-        # longest step (a noise spike on a shared machine stays below it); the step that
-        # finished the prompt counts even when its chunk was a small remainder
-        top = float(gaps[span].max())
-        if top < 1.5 * base:
-            return 1
-        long = gaps[span] > base + 0.5 * (top - base)
-        last = span[np.argmin(np.abs(ends[span] - t_first))]
-        return int(np.count_nonzero(long) + (not long[span == last][0] and gaps[last] > 1.5 * base))
+        # every step between the prompt's arrival and its first token carries one of its
+        # chunks (the decode takes one token of the budget, the chunk the rest); the steps
+        # before the engine got it are plain decodes: count the gaps clearly above one
+        span = (ends > t_sent) & (ends <= t_first + 0.5 * base)
+        return int(np.count_nonzero(span & (gaps > 2.0 * base)))
 
     def max_seqs(self, n: int, prompt: int = 16, out_tokens: int = 48) -> float | None:
         async def go():
