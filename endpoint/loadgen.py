@@ -149,7 +149,7 @@ async def send(session, url: str, req: Request, opts: Options, rec: Record, t0: 
             rec.last_token = last - t0
         elif not rec.error:
             rec.error = "no token in the stream"
-    except (aiohttp.ClientError, asyncio.TimeoutError, json.JSONDecodeError, UnicodeDecodeError) as e:
+    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:  # incl. bad JSON, long lines
         rec.error = f"{type(e).__name__}: {e}"[:300]
 
 

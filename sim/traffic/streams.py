@@ -105,8 +105,11 @@ def _replayed(s, ctx: StreamContext) -> StreamTraffic:
 def _generated(s, ctx: StreamContext) -> StreamTraffic:
     t = _arrivals(s, ctx, ctx.num_requests)
     n = len(t)
+    notes = ((f"{ctx.field}.arrival: closed-loop requests all arrive at 0 in this simulation "
+              "(placeholders); servesim loadgen and validate --endpoint run the loop",)
+             if s.arrival.process == "closed" else ())
     traffic = StreamTraffic(t, _lengths(s, ctx, "prompt_len", n, ctx.rng(PROMPTS)),
-                            _lengths(s, ctx, "output_len", n, ctx.rng(OUTPUTS)))
+                            _lengths(s, ctx, "output_len", n, ctx.rng(OUTPUTS)), notes=notes)
     return _with_system_prompts(s, ctx, traffic)
 
 
