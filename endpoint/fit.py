@@ -104,22 +104,21 @@ def fit(ttft: list[TtftPoint], gaps: list[GapPoint], budget: int) -> Fit:
     return Fit(dict(zip(COLUMNS, map(float, c), strict=True)), ranges, stats, r2)
 
 
-def infer_budget(chunks: list[tuple[int, int]], decoding: int = 1) -> tuple[int | None, str]:
+def infer_budget(chunks: list[tuple[int, int | None]], decoding: int = 1) -> tuple[int | None, str]:
     """The token budget per step from (prompt tokens, prefill steps) seen while ``decoding``
     requests decode (they take their tokens of the budget first): P tokens in k steps means
-    P/k ≤ B − decoding < P/(k−1). A power of two inside the range when there is one."""
-    lo, hi = 1.0, float("inf")
-    seen = [(p, k) for p, k in chunks if k and k >= 1]
+    k = ⌈P / (B − decoding)⌉. The budget that explains the most observations (a slow spell
+    can add a step to one), a power of two among those when there is one, else the smallest."""
+    seen = [(p, k) for p, k in chunks if k is not None and k >= 1]
     if not seen:
         return None, "no prefill steps could be told apart"
-    for p, k in seen:
-        lo = max(lo, p / k + decoding)
-        if k > 1:
-            hi = min(hi, (p - 1) / (k - 1) + decoding)
-    if hi == float("inf"):
+    if all(k == 1 for _, k in seen):
         return None, f"every prompt (up to {max(p for p, _ in seen)} tokens) ran in one step"
-    if lo > hi:
-        return round(lo), f"step counts disagree ({seen}); took the lower bound"
-    powers = [2 ** k for k in range(4, 20) if lo <= 2 ** k <= hi]
-    b = powers[0] if powers else int(np.ceil(lo))
-    return b, f"{lo:.0f} ≤ budget ≤ {hi:.0f} from prefill steps {seen}"
+    top = max(p for p, _ in seen) + decoding
+    cand = np.arange(decoding + 1, top + 1)
+    agree = sum((np.ceil(p / (cand - decoding)) == k).astype(int) for p, k in seen)
+    best = cand[agree == agree.max()]
+    powers = [int(b) for b in best if b & (b - 1) == 0]
+    b = powers[0] if powers else int(best[0])
+    how = f"{int(best[0])} ≤ budget ≤ {int(best[-1])}" if len(best) > 1 else f"budget {b}"
+    return b, f"{how} explains {int(agree.max())} of {len(seen)} prefill step counts {seen}"

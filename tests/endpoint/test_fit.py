@@ -44,4 +44,6 @@ def test_infer_budget_from_step_counts():
     assert infer_budget([(1000, None)])[0] is None
     b, _ = infer_budget([(300, 3)])  # 101 ≤ B ≤ 150.5: 128
     assert b == 128
+    b, why = infer_budget([(1020, 2), (1530, 3), (2040, 5)])  # one count disturbed: 2 of 3 agree
+    assert b == 512 and "2 of 3" in why
     assert np.isfinite(b)
