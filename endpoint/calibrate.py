@@ -101,6 +101,9 @@ def calibrate(s: Settings, vocab: WordVocab, log=print) -> tuple[Profile, dict, 
         for p in (16, 64, 256, 16):
             prober.ttft([p], 1, rng)
         end("warm-up")
+        # the speed probe at the start, middle and end: the calibration's average speed, for
+        # validation to compare its own probe with (the drift)
+        probes = [speed_probe(prober)]
 
         phase("TTFT vs prompt length", len(g["ttft_prompts"]) * g["ttft_repeats"])
         data.ttft = prober.ttft(g["ttft_prompts"], g["ttft_repeats"], rng)
@@ -137,6 +140,7 @@ def calibrate(s: Settings, vocab: WordVocab, log=print) -> tuple[Profile, dict, 
                 s.notes.append(f"max running sequences {max_seqs}: running requests plateaued there "
                                f"with {n} sent at once")
 
+        probes.append(speed_probe(prober))
         pairs = [(b, c) for c in g["decode_contexts"] for b in g["decode_batches"]
                  if b <= max_seqs and b * c <= g["budget_tokens"] and c + g["decode_tokens"] < max_len]
         rounds = []
@@ -161,9 +165,11 @@ def calibrate(s: Settings, vocab: WordVocab, log=print) -> tuple[Profile, dict, 
         end("prefill among decodes")
 
         phase("speed probe", 1)
-        speed = speed_probe(prober)
+        probes.append(speed_probe(prober))
         bar.tick()
         end("speed probe")
+        speed = {k: float(np.mean([p[k] for p in probes])) for k in probes[0]}
+        speed["each_s"] = [p["probe_s"] for p in probes]
 
         f = fitting.fit(data.ttft, data.gaps, budget)
         kv_blocks = _kv_blocks(cache)
