@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -100,10 +101,16 @@ def calibrate_server(url: str, out: Path, quick: bool) -> tuple[Path, dict, dict
     sat = saturation_check(path, frag, data, out)
     grid = {**profile.grid, "fit": {**profile.grid["fit"], "saturation": sat}, "phases_s": data.phases_s}
     _save_atomic(profile.model_copy(update={"grid": grid}), path)
-    return path, frag, {"seconds": time.perf_counter() - t0, "phases_s": data.phases_s, "saturation": sat,
+    from endpoint.records import write_json, write_text
+
+    write_text(out / "profile.scenario.yaml", yaml.safe_dump({**fragment, "cost": {
+        "model": "profile", "profile": "profile.json"}}, sort_keys=False))
+    cal = {"seconds": time.perf_counter() - t0, "phases_s": data.phases_s, "saturation": sat,
                         "fit": grid["fit"]["step"], "notes": profile.notes,
                         "request_overhead_s": profile.request_overhead_s, "scheduler": fragment["scheduler"],
                         "kv_blocks": fragment.get("hardware", {}).get("kv_blocks")}
+    write_json(out / "calibration.json", cal)
+    return path, frag, cal
 
 
 def validate_one(name: str, sc, profile: Path, url: str, out: Path, repeats: int) -> dict:
@@ -145,6 +152,7 @@ def crosscheck(url: str, out: Path, quick: bool, rounds: int = 2) -> dict:
                "--model", vllm.NAME, "--tokenizer", str(vllm.MODEL), "--dataset-name", "random",
                "--random-input-len", "256", "--random-output-len", "64", "--num-prompts", str(n),
                "--ignore-eos", "--max-concurrency", "8", "--request-rate", "inf", "--seed", str(r),
+               "--percentile-metrics", "ttft,tpot,itl,e2el",
                "--save-result", "--result-dir", str(f.parent), "--result-filename", f.name]
         subprocess.run(cmd, check=True, capture_output=True, timeout=900)
         b = json.loads(f.read_text())
@@ -158,8 +166,8 @@ def crosscheck(url: str, out: Path, quick: bool, rounds: int = 2) -> dict:
                         progress=False)
         req = requests_frame(lr, None)
         m = bench_metrics(req, itl_frame(lr), lr.duration_s)
-        m["output_throughput"] = m["output_throughput"]
-        res["servesim"].append({k: m.get(k.replace("e2el", "e2el")) for k in keys} | {"client": lr.client})
+        res["servesim"].append({k: m.get(k) for k in keys} | {"client": lr.client})
+    keys = tuple(k for k in keys if all(r.get(k) is not None for rows in res.values() for r in rows))
     mean = {side: {k: float(np.mean([r[k] for r in rows])) for k in keys} for side, rows in res.items()}
     diff = {k: mean["servesim"][k] / mean["vllm_bench"][k] - 1 for k in keys}
     spread = {side: {k: float(abs(rows[1][k] / rows[0][k] - 1)) for k in keys} for side, rows in res.items()
@@ -226,6 +234,7 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--only", nargs="*", default=None, help="workloads to run (default: all)")
     p.add_argument("--no-crosscheck", action="store_true")
+    p.add_argument("--profile", default=None, help="skip calibration: this profile (from an earlier run's --out)")
     p.add_argument("--commit", action="store_true", help="copy the results to benchmarks/results/vllm-cpu/")
     args = p.parse_args(argv)
     why = vllm.installed()
@@ -247,7 +256,13 @@ def main(argv=None) -> int:
         summary["server_start_s"] = srv.started_s
         summary["server"] = identity(srv.url)
         print(f"vLLM up in {srv.started_s:.0f} s; calibrating ...", flush=True)
-        profile, fragment, cal = calibrate_server(srv.url, out, args.quick)
+        if args.profile:  # reuse a calibration (its scenario fragment beside it)
+            profile = Path(args.profile)
+            fragment = yaml.safe_load(profile.with_suffix(".scenario.yaml").read_text())
+            fragment["cost"]["profile"] = str(profile.resolve())
+            cal = json.loads((profile.parent / "calibration.json").read_text())
+        else:
+            profile, fragment, cal = calibrate_server(srv.url, out, args.quick)
         summary["calibration"] = cal
         print(f"calibrated in {cal['seconds']:.0f} s: {cal['scheduler']}", flush=True)
         for name, w in todo.items():
