@@ -6,6 +6,7 @@ Registered with the simulator's CLI; torch is imported only when a command runs.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from sim.errors import InputError
@@ -14,6 +15,29 @@ from sim.errors import InputError
 def _positive(name: str, value):
     if value is not None and value < 1:
         raise InputError(name, None, f"expected a positive number, got {value}")
+
+
+def _check_profile_out(out: str) -> Path:
+    """Before measuring: the profile can be written at ``out`` (a file, in a writable folder)."""
+    from sim.errors import OutputError
+    from sim.results.atomic import check_out_dir
+
+    path = Path(out).expanduser()
+    if path.is_dir():
+        raise OutputError(str(path), "--out", "is a folder; expected the profile's file name "
+                          "(e.g. profile.json)")
+    check_out_dir(path.parent, "--out")
+    return path
+
+
+def _write_profile(profile, path: Path) -> Path:
+    """Save the profile under a temporary name, then rename it into place."""
+    from sim.pricing.profile import save_profile
+    from sim.results.atomic import Staging
+
+    with Staging(path.parent) as st:
+        save_profile(profile, st.file(path.name))
+    return path
 
 
 def cmd_calibrate(args) -> int:
@@ -28,11 +52,12 @@ def cmd_calibrate(args) -> int:
     from calibration.calibrate import Options, calibrate
     from calibration.grid import grid_for
     from sim.cli.console import console
-    from sim.pricing.profile import save_profile
     from sim.scenario.specs import get_model
 
     for name in ("repeats", "step_plans", "max_tokens", "max_seqs", "max_context", "threads"):
         _positive(f"--{name.replace('_', '-')}", getattr(args, name))
+    if not 0 <= args.seed < 2**63:
+        raise InputError("--seed", None, f"expected a whole number from 0 to 2**63 - 1, got {args.seed}")
     try:
         spec = get_model(args.model)
     except KeyError as e:
@@ -45,9 +70,9 @@ def cmd_calibrate(args) -> int:
     grid = grid_for(args.device, args.quick, repeats=args.repeats, step_plans=args.step_plans,
                     max_tokens=args.max_tokens, max_seqs=args.max_seqs,
                     max_context=args.max_context)
-    out = args.out or f"profile-{spec.name}-{args.device}.json"
+    out = _check_profile_out(args.out or f"profile-{spec.name}-{args.device}.json")
     profile = calibrate(opts, grid)
-    path = save_profile(profile, out)
+    path = _write_profile(profile, out)
     fit = profile.grid.get("fit", {})
     step = fit.get("step")
     console.print(f"calibrated {profile.model} on {profile.device.name} ({profile.dtype}); "
@@ -93,6 +118,9 @@ def parse_bounds(items: list[str]) -> dict[str, float]:
     return out
 
 
+VALIDATION_FILES = ("validation.json", "requests.csv", "steps.csv", "report.html")
+
+
 def cmd_validate(args) -> int:
     if args.endpoint:
         from endpoint.cli import cmd_validate as validate_endpoint
@@ -106,25 +134,29 @@ def cmd_validate(args) -> int:
     from calibration.report import write_report
     from calibration.validate import validate
     from sim.cli.console import console
+    from sim.errors import ProfileError
+    from sim.inputs import check_file
+    from sim.results.atomic import Staging, check_out_dir
     from sim.scenario.schema import load_scenario
 
     scenario = load_scenario(args.scenario, args.set)
     source = args.scenario or "<default scenario>"
     if args.repeats < 1:
         raise InputError("--repeats", None, f"expected a positive number, got {args.repeats}")
+    check_file(args.profile, "--profile", ProfileError, "profile file")
+    out = check_out_dir(args.out, "--out", VALIDATION_FILES)
     v = validate(scenario, args.profile, engine_setup(args), source,
                  log=lambda m: console.print(m), idle=args.idle, cost_mode=args.cost_mode,
                  repeats=args.repeats)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "validation.json").write_text(json.dumps(v.to_json(), indent=2))
-    v.joined.to_csv(out / "requests.csv", index=False)
     import pandas as pd
 
     steps = pd.concat([v.real.steps.assign(run="real"), v.sim.steps.assign(run="sim")],
                       ignore_index=True)
-    steps.to_csv(out / "steps.csv", index=False)
-    write_report(v, out / "report.html")
+    with Staging(out) as st:
+        st.file("validation.json").write_text(json.dumps(v.to_json(), indent=2))
+        v.joined.to_csv(st.file("requests.csv"), index=False)
+        steps.to_csv(st.file("steps.csv"), index=False)
+        write_report(v, st.file("report.html"))
     print_validation(v, console)
     for d in v.diagnosis:
         console.print(f"  {d}")
@@ -169,13 +201,15 @@ def print_validation(v, console) -> None:
 def cmd_import_vidur(args) -> int:
     from calibration.vidur import import_vidur
     from sim.cli.console import console
-    from sim.pricing.profile import save_profile
 
     _positive("--tp", args.tp)
+    if not math.isfinite(args.overhead_s) or args.overhead_s < 0:
+        raise InputError("--overhead-s", None, f"expected seconds ≥ 0, got {args.overhead_s}")
+    out = _check_profile_out(args.out)
     profile = import_vidur(args.mlp, attention=args.attention, all_reduce=args.all_reduce,
                            model=args.model, tp=args.tp, gpu=args.gpu,
                            overhead_s=args.overhead_s)
-    path = save_profile(profile, args.out)
+    path = _write_profile(profile, out)
     console.print(f"imported {profile.model} on {profile.device.name} (tp={profile.tp}) into {path}")
     for n in profile.notes:
         console.print(f"  note: {n}")

@@ -97,26 +97,6 @@ def simulated_scenario(pinned: Scenario, profile_path: str | Path, source: str) 
     return scenario_from_dict(data, source, pinned.base_dir)
 
 
-class ScaledCost:
-    """A cost model whose every step takes ``factor`` times as long."""
-
-    def __init__(self, cost, factor: float):
-        self.cost, self.factor = cost, factor
-        self.overhead = cost.overhead * factor
-        self.draft = None
-
-    def step_time(self, shape):
-        return self.factor * self.cost.step_time(shape)
-
-    def decode_steps(self, seqs, context):
-        from sim.loops.fastforward import decode_step_times
-
-        return self.factor * decode_step_times(self.cost, seqs, context)
-
-    def warnings(self) -> list[str]:
-        return self.cost.warnings()
-
-
 def simulate_with(scenario: Scenario, mode: str = "auto", speed: float = 1.0) -> RunResult:
     """Simulate with the scenario's profile; ``mode`` forces the step fit or the per-op model;
     ``speed`` scales every step (the machine's drift since calibration)."""
@@ -129,9 +109,7 @@ def simulate_with(scenario: Scenario, mode: str = "auto", speed: float = 1.0) ->
     if mode == "step" and base.profile.step is None:
         raise ProfileError(str(scenario.cost.profile), "step", "the profile has no whole-step fit")
     cost = ProfiledCost(base.profile, base.roofline, mode=mode)
-    if speed != 1.0:
-        cost = ScaledCost(cost, speed)
-    return simulate(scenario, executor_factory=lambda _: CostModelExecutor(cost))
+    return simulate(scenario, executor_factory=lambda _: CostModelExecutor(cost, scale=speed))
 
 
 def validate(scenario: Scenario, profile_path: str | Path, setup, source: str = "<scenario>",

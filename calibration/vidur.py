@@ -24,6 +24,7 @@ import pandas as pd
 
 from calibration.fitting import fit_linear, relative_errors, table, thin
 from sim.errors import ProfileError
+from sim.inputs import check_file
 from sim.pricing.profile import SCHEMA_VERSION, Device, Ops, Profile
 from sim.scenario.specs import ModelSpec, get_model
 from sim.traffic.traces import read_csv as read_table
@@ -40,9 +41,7 @@ SKIP_OPS = ("attn", "attn_prefill", "attn_decode", "attn_input_reshape", "attn_o
 
 def read_csv(path: str | Path, required: tuple[str, ...]) -> pd.DataFrame:
     """One of Vidur's CSVs, with the columns its format has."""
-    path = Path(path)
-    if not path.is_file():
-        raise ProfileError(str(path), None, "file not found")
+    path = check_file(path, None, ProfileError, "Vidur CSV file")
     return read_table(path, None, required, error=ProfileError, empty="no rows")
 
 

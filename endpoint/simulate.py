@@ -1,20 +1,18 @@
 """Simulate the very requests a measured run sent, with an endpoint profile.
 
-Open loop: the simulation's arrivals are the measured send times. Closed loop: the arrivals
-come from the simulation itself (each of N users sends its next request, in order, when its
-previous one finishes in the simulation), found by fixed-point iteration: simulate, assign
-sends from the simulated completions, repeat until nothing moves (each pass fixes at least
-one more wave of requests). The profile's ``request_overhead_s`` delays each request's entry
-into the scheduler and is counted in its TTFT and E2E.
+Open loop: the simulation's arrivals are the measured send times. Closed loop: the
+simulator's own closed loop (each of N users sends its next request, in order, when its
+previous one finishes in the simulation). The profile's ``request_overhead_s`` delays each
+request's entry into the scheduler and is counted in its TTFT and E2E: arrivals shift by it
+(closed loop: it lengthens each user's pause between requests, and the sends are the
+scheduler arrivals less it), and the results are shifted back.
 
-PROVISIONAL (issue 14): the request overhead and the closed loop are applied here, around
-``sim.loops.run.simulate``; the pricing core / simulator's own closed loop should take them
-over (see the endpoint README).
+PROVISIONAL (issue 14): the request overhead is applied here, around
+``sim.loops.run.simulate``; the pricing core should take it over (see endpoint/README.md).
 """
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import replace
 from pathlib import Path
 
@@ -36,18 +34,6 @@ def with_profile(scenario: Scenario, profile_path: str | Path, source: str,
     return scenario_from_dict(data, source, scenario.base_dir)
 
 
-def closed_sends(completion: np.ndarray, users: int, think_s: float) -> np.ndarray:
-    """Send times of requests taken in order by ``users`` users, each free again
-    ``think_s`` after its request completes."""
-    free = [0.0] * min(users, len(completion))
-    heapq.heapify(free)
-    out = np.empty(len(completion))
-    for k in range(len(completion)):
-        out[k] = heapq.heappop(free)
-        heapq.heappush(free, float(completion[k]) + think_s)
-    return out
-
-
 def _shifted(result: RunResult, overhead: float, arrival: np.ndarray, scenario: Scenario) -> RunResult:
     if overhead == 0:
         return result
@@ -62,10 +48,10 @@ def _shifted(result: RunResult, overhead: float, arrival: np.ndarray, scenario: 
 
 def simulate_measured(scenario: Scenario, workload: Workload, sends: np.ndarray,
                       prompt_tokens: np.ndarray | None = None, output_tokens: np.ndarray | None = None,
-                      closed: int | None = None, think_s: float = 0.0, max_passes: int = 500,
+                      closed: int | None = None, think_s: float = 0.0,
                       profile: Profile | None = None) -> RunResult:
     """Simulate ``workload``'s requests (lengths as measured where given) sent at ``sends``
-    (open loop), or by ``closed`` users (``sends`` is the first guess)."""
+    (open loop), or by ``closed`` users (the simulator's own loop; ``sends`` unused)."""
     if profile is None:
         profile = load_profile(scenario.cost.profile)
     o = float(profile.request_overhead_s)
@@ -80,26 +66,16 @@ def simulate_measured(scenario: Scenario, workload: Workload, sends: np.ndarray,
         # the simulator wants arrivals sorted: permute, then give requests back their ids
         order = np.argsort(s, kind="stable")
         if (order == np.arange(len(s))).all():
-            return simulate(scenario, workload=replace(w, arrival=s + o))
-        res = simulate(scenario, workload=_take(w, order, s[order] + o))
+            return simulate(scenario, workload=replace(w, arrival=s + o, closed_loop=None))
+        res = simulate(scenario, workload=_take(replace(w, closed_loop=None), order, s[order] + o))
         df = res.requests.copy()
         df["request_id"] = order[df["request_id"].to_numpy()]
         return replace(res, requests=df.sort_values("request_id").reset_index(drop=True))
 
     if closed is None:
-        res = once(sends)
-        return _shifted(res, o, sends, scenario)
-    for _ in range(max_passes):
-        res = once(sends)
-        done = res.requests["completion"].to_numpy()
-        if not np.isfinite(done).all():
-            break
-        new = closed_sends(done, closed, think_s)
-        new = np.maximum.accumulate(new)  # in-order sends are non-decreasing
-        if np.allclose(new, sends, atol=1e-9, rtol=0):
-            break
-        sends = new
-    return _shifted(res, o, sends, scenario)
+        return _shifted(once(sends), o, sends, scenario)
+    res = simulate(scenario, workload=replace(w, arrival=np.zeros(len(sends)), closed_loop=(closed, think_s + o)))
+    return _shifted(res, o, res.requests["arrival"].to_numpy() - o, scenario)
 
 
 def _take(w: Workload, order: np.ndarray, arrival: np.ndarray) -> Workload:

@@ -13,6 +13,8 @@ _WHERE = {
     "EngineExecutor": "executor", "SamplingParams": "executor",
     "Generation": "generate", "generate": "generate",
     "BlockManager": "kv_cache", "KVCache": "kv_cache", "num_blocks_for_budget": "kv_cache",
+    "Bucket": "buckets", "GraphLadder": "buckets", "GraphRunner": "cuda_graphs",
+    "HostStep": "padding", "pad_step": "padding", "WarmupReport": "warmup",
     "OPS": "model", "LlamaModel": "model", "StepInputs": "model",
     "CudaEventTimer": "timing", "SyncTimer": "timing",
     "Tokenizer": "tokenizer",

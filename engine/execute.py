@@ -8,6 +8,7 @@ columns as ``servesim run``.
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass
 
@@ -30,6 +31,7 @@ class EngineSetup:
     seed: int = 0
     warmup: bool = True
     weights: str | None = None  # a .gguf file or safetensors folder; default: random init
+    graphs: str = "auto"  # CUDA graphs: auto | cuda | pad | off (see EngineExecutor)
 
     def torch_dtype(self, scenario: Scenario) -> str:
         if self.dtype:
@@ -65,17 +67,32 @@ def prepare(scenario: Scenario, setup: EngineSetup, source: str = "<scenario>"
     check_executable(scenario, source)
     if setup.device == "cuda" and not torch.cuda.is_available():
         raise ScenarioError("--device", None, "cuda requested but no CUDA device is available")
+    sched = scenario.scheduler
+    seqs, tokens = sched.max_num_seqs, step_tokens(scenario)
     executor = EngineExecutor.load(
         setup.weights or scenario.model_spec, dtype=setup.torch_dtype(scenario), device=setup.device,
-        seed=setup.seed, block_size=scenario.scheduler.block_size,
+        seed=setup.seed, block_size=sched.block_size,
         kv_memory_bytes=_kv_bytes(scenario, setup), num_threads=setup.threads if setup.device == "cpu" else None,
-        keep_tokens=False)
+        keep_tokens=False, graphs=setup.graphs, graph_max_seqs=min(seqs, 512),
+        graph_max_tokens=min(tokens, 512))
     data = scenario.model_dump(mode="json", exclude={"base_dir"})
     data = apply_overrides(data, [f"hardware.kv_blocks={executor.num_blocks}"], source)
     pinned = scenario_from_dict(data, source, scenario.base_dir)
     if setup.warmup:
-        executor.warmup()
+        report = executor.warmup(max_num_seqs=seqs, max_num_tokens=tokens)
+        print(report.describe(), file=sys.stderr)
     return pinned, executor
+
+
+def step_tokens(s: Scenario) -> int:
+    """The most tokens one step of the scenario's policy can hold (at most the model's length
+    for whole-prompt prefills)."""
+    sched = s.scheduler
+    if sched.policy == "chunked-prefill":
+        return sched.chunk_size
+    if sched.policy == "continuous":
+        return sched.max_batched_tokens
+    return s.model_spec.max_model_len
 
 
 def _kv_bytes(s: Scenario, setup: EngineSetup) -> float:

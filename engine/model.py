@@ -65,8 +65,11 @@ class StepInputs:
 
     ``query_start_loc[b]:query_start_loc[b+1]`` are row b's tokens in the flat batch;
     ``seq_lens[b]`` counts row b's cached tokens including this step's; ``slot_mapping[t]``
-    is where token t's K/V go (``block_id * block_size + offset``); ``sample_idx`` are the
-    flat indices whose logits are wanted (the last token of each sampling row).
+    is where token t's K/V go (``block_id * block_size + offset``; -1: nowhere); ``sample_idx``
+    are the flat indices whose logits are wanted (the last token of each sampling row);
+    ``max_context`` is ``max(seq_lens)`` if known on the host (the split-KV rule uses it);
+    ``query_block`` fixes attention's rows per program (a CUDA graph's choice; None: the
+    kernel's rule on this step's sizes).
     """
 
     input_ids: torch.Tensor  # int64 [T]
@@ -76,6 +79,8 @@ class StepInputs:
     block_tables: torch.Tensor  # int32 [B, max_blocks]
     slot_mapping: torch.Tensor  # int64 [T]
     sample_idx: torch.Tensor  # int64 [S]
+    max_context: int | None = None
+    query_block: int | None = None
 
 
 def _param(*shape: int, dtype: torch.dtype, device) -> nn.Parameter:
@@ -147,7 +152,8 @@ class LlamaModel(nn.Module):
                 write_kv_cache(k, v, k_cache, v_cache, x.slot_mapping, impl=impl)
             with t("attention"):
                 o = paged_attention(q, k_cache, v_cache, x.block_tables, x.query_start_loc,
-                                    x.seq_lens, self.scale, impl=impl)
+                                    x.seq_lens, self.scale, impl=impl, max_context=x.max_context,
+                                    block_m=x.query_block)
             with t("o_proj"):
                 h = F.linear(o.reshape(n, s.q_size), layer.o_proj)
             with t("post_attn_norm"):

@@ -29,16 +29,20 @@ def init_random(model: LlamaModel, seed: int = 0) -> LlamaModel:
     """Seeded Gaussian weights scaled by ``1/sqrt(fan_in)`` so activations and logits stay O(1).
 
     Norm weights are 1 and embeddings have unit variance. Enough for timing and for tests that
-    compare two ways of computing the same thing; the text is gibberish.
+    compare two ways of computing the same thing; the text is gibberish. The numbers are drawn
+    in fp32 and then rounded to the model's dtype, so a bf16 model holds the fp32 model's weights
+    rounded (PyTorch's ``normal_`` draws a different stream for each dtype and CPU build).
     """
     gen = torch.Generator(device=model.device).manual_seed(seed)
     for name, p in model.named_parameters():
         if p.dim() == 1:
             p.fill_(1.0)
-        elif name == "embed_tokens":
-            p.normal_(0.0, 1.0, generator=gen)
+            continue
+        std = 1.0 if name == "embed_tokens" else 1.0 / math.sqrt(p.shape[1])
+        if p.dtype == torch.float32:
+            p.normal_(0.0, std, generator=gen)
         else:
-            p.normal_(0.0, 1.0 / math.sqrt(p.shape[1]), generator=gen)
+            p.copy_(torch.empty(p.shape, dtype=torch.float32, device=p.device).normal_(0.0, std, generator=gen))
     return model
 
 

@@ -4,6 +4,7 @@ import torch
 import torch.nn.functional as F
 
 from kernels.dispatch import tl, triton, use_triton
+from kernels.variants import launch
 
 
 def silu_and_mul_torch(x: torch.Tensor) -> torch.Tensor:
@@ -33,7 +34,7 @@ def silu_and_mul_triton(x: torch.Tensor, block: int = 1024) -> torch.Tensor:
     out = torch.empty((x2.shape[0], f), dtype=x.dtype, device=x.device)
     if x2.shape[0] > 0 and f > 0:
         grid = (x2.shape[0], triton.cdiv(f, block))
-        _silu_and_mul_kernel[grid](x2, out, f, x2.stride(0), out.stride(0), BLOCK=block)
+        launch(_silu_and_mul_kernel, grid, x2, out, f, x2.stride(0), out.stride(0), BLOCK=block)
     return out.view(*x.shape[:-1], f)
 
 

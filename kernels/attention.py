@@ -14,6 +14,7 @@ import math
 import torch
 
 from kernels.dispatch import next_pow2, tl, triton, use_triton
+from kernels.variants import launch
 
 # ----------------------------------------------------------------------------- reference
 
@@ -61,7 +62,9 @@ def paged_attention_torch(
 # ----------------------------------------------------------------------------- triton
 
 
-@triton.jit
+# Sizes that change from step to step are not specialised on (1, multiple of 16), so a
+# dtype and the constexprs alone pick the compiled variant (see kernels.variants).
+@triton.jit(do_not_specialize=["num_seqs", "num_tokens", "num_splits", "s_bt"])
 def _paged_attention_kernel(
     q_ptr,
     kc_ptr,
@@ -106,7 +109,9 @@ def _paged_attention_kernel(
     program binary-searches its sequence (surplus tiles exit at once). With ``SPLIT`` the
     key range is cut into ``num_splits`` contiguous parts (flash-decoding) and each program
     writes its unnormalised partial result (running max in log2 units, sum, accumulator) to
-    the workspace for ``_combine_splits_kernel``.
+    the workspace, laid out ``[token, head, split]``, for ``_combine_splits_kernel``. Each
+    sequence shares its own key tiles among the splits, so a split count chosen for long
+    contexts stays correct for short ones (the surplus splits see no key).
     """
     pid = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -172,7 +177,7 @@ def _paged_attention_kernel(
         m_i = m_new
 
     if SPLIT:
-        ws_row = (split * num_tokens + tok) * num_q_heads + head  # [M] int64
+        ws_row = (tok * num_q_heads + head) * num_splits + split  # [M] int64
         tl.store(ws_m_ptr + ws_row, m_i, mask=row_ok)
         tl.store(ws_l_ptr + ws_row, l_i, mask=row_ok)
         ws_off = ws_row[:, None] * BLOCK_D + offs_d[None, :]
@@ -184,39 +189,35 @@ def _paged_attention_kernel(
         tl.store(out_ptr + o_off, acc.to(out_ptr.dtype.element_ty), mask=o_mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_splits"])
 def _combine_splits_kernel(
     ws_m_ptr,
     ws_l_ptr,
     ws_acc_ptr,
     out_ptr,
-    num_tokens,
     num_q_heads,
     num_splits,
     s_ot,
     s_oh,
     D: tl.constexpr,
     BLOCK_D: tl.constexpr,
+    BLOCK_S: tl.constexpr,
 ):
-    """Merge the per-split partials of one (token, query head); rows nobody wrote stay 0."""
+    """Merge the ``num_splits`` partials of one (token, query head) in one pass, all splits as
+    one vector; rows nobody wrote (tokens owned by no sequence) stay 0."""
     tok = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1)
+    offs_s = tl.arange(0, BLOCK_S)
     offs_d = tl.arange(0, BLOCK_D)
-    m_max = float("-inf")
-    for s in range(0, num_splits):
-        m_max = tl.maximum(m_max, tl.load(ws_m_ptr + (s * num_tokens + tok) * num_q_heads + head))
+    row = (tok * num_q_heads + head) * num_splits + offs_s  # [S]
+    m = tl.load(ws_m_ptr + row, mask=offs_s < num_splits, other=float("-inf"))
+    m_max = tl.max(m, 0)
     m_safe = tl.where(m_max == float("-inf"), 0.0, m_max)
-    total = 0.0
-    acc = tl.zeros([BLOCK_D], tl.float32)
-    for s in range(0, num_splits):
-        row = (s * num_tokens + tok) * num_q_heads + head
-        m_s = tl.load(ws_m_ptr + row)
-        w = tl.where(m_s == float("-inf"), 0.0, tl.exp2(m_s - m_safe))
-        total += w * tl.load(ws_l_ptr + row)
-        n_valid = tl.where(w > 0.0, D, 0)  # splits that saw no key (w == 0) are never read
-        part = tl.load(ws_acc_ptr + row * BLOCK_D + offs_d, mask=offs_d < n_valid, other=0.0)
-        acc += w * part
-    acc = acc / tl.where(total == 0.0, 1.0, total)
+    w = tl.where(m == float("-inf"), 0.0, tl.exp2(m - m_safe))  # splits that saw no key: 0
+    total = tl.sum(w * tl.load(ws_l_ptr + row, mask=w > 0.0, other=0.0), 0)
+    part = tl.load(ws_acc_ptr + row[:, None] * BLOCK_D + offs_d[None, :],
+                   mask=(w > 0.0)[:, None] & (offs_d < D)[None, :], other=0.0)  # never read unwritten
+    acc = tl.sum(w[:, None] * part, 0) / tl.where(total == 0.0, 1.0, total)
     tl.store(
         out_ptr + tok * s_ot + head * s_oh + offs_d,
         acc.to(out_ptr.dtype.element_ty),
@@ -224,18 +225,50 @@ def _combine_splits_kernel(
     )
 
 
+# Split-KV (flash-decoding) rule. A program is one (query tile, kv head); a small batch gives
+# too few of them to keep every SM reading KV, so the key range is cut into splits, each a
+# program of its own, merged by a second pass. Splits are powers of two (so the merge's
+# vector width is one of a few compiled variants) and never shorter than MIN_KEYS_PER_SPLIT.
+SPLIT_CHOICES = (1, 2, 4, 8, 16, 32, 64)
+PROGRAMS_PER_SM = 4
+MIN_KEYS_PER_SPLIT = 128
+
 _SM_COUNT: dict[int, int] = {}
 
 
-def _default_num_splits(q: torch.Tensor, programs: int) -> int:
-    """Split the key range only when the grid would leave most of the GPU idle."""
-    if not q.is_cuda:
-        return 1
-    idx = q.device.index if q.device.index is not None else torch.cuda.current_device()
+def sm_count(device: torch.device) -> int | None:
+    """Streaming multiprocessors of a CUDA device; None elsewhere (no split-KV there)."""
+    if device.type != "cuda":
+        return None
+    idx = device.index if device.index is not None else torch.cuda.current_device()
     if idx not in _SM_COUNT:
         _SM_COUNT[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
-    target = 2 * _SM_COUNT[idx]
-    return 1 if programs >= target else min(16, -(-target // programs))
+    return _SM_COUNT[idx]
+
+
+def query_block(num_tokens: int, num_seqs: int, group: int) -> int:
+    """Rows (query tokens x heads of a kv group) per program: 64 when the batch is mostly
+    prefill, 16 for decodes (one token each)."""
+    return max(64 if num_tokens >= 8 * num_seqs else 16, next_pow2(group))
+
+
+def num_programs(num_tokens: int, num_seqs: int, num_kv_heads: int, block_m: int, group: int) -> int:
+    """Programs of the attention grid before splitting (surplus tiles included)."""
+    return (num_tokens // (block_m // group) + num_seqs) * num_kv_heads
+
+
+def choose_num_splits(programs: int, max_context: int | None, sms: int | None) -> int:
+    """Split-KV count from batch x heads (``programs``) and context: enough splits for
+    ``PROGRAMS_PER_SM`` programs per SM, none shorter than ``MIN_KEYS_PER_SPLIT`` keys, at most
+    64, rounded down to a power of two. 1 without SMs (CPU) or once the batch fills the GPU.
+    ``max_context`` None: unknown, limited by the batch alone."""
+    target = PROGRAMS_PER_SM * (sms or 0)
+    if programs >= target:
+        return 1
+    want = min(-(-target // programs), SPLIT_CHOICES[-1])
+    if max_context is not None:
+        want = min(want, max(1, max_context // MIN_KEYS_PER_SPLIT))
+    return 1 << (want.bit_length() - 1)
 
 
 def paged_attention_triton(
@@ -249,11 +282,13 @@ def paged_attention_triton(
     block_m: int | None = None,
     block_n: int = 64,
     num_splits: int | None = None,
+    max_context: int | None = None,
 ) -> torch.Tensor:
     """Triton flash-style paged attention over the whole mixed batch (no host sync).
 
     ``num_splits`` > 1 splits every key range into that many parts plus a merge pass
-    (flash-decoding); default: 1 on CPU, on CUDA enough to give ~2 programs per SM.
+    (flash-decoding); default: :func:`choose_num_splits` on the grid size and ``max_context``
+    (the longest ``seq_lens``, known to the caller; 1 on a CPU).
     """
     t, hq, d = q.shape
     hk = k_cache.shape[2]
@@ -267,19 +302,19 @@ def paged_attention_triton(
     num_seqs = seq_lens.shape[0]
     if t == 0 or num_seqs == 0:
         return out
-    if block_m is None:  # bigger query tiles when the batch is mostly prefill
-        block_m = max(64 if t >= 8 * num_seqs else 16, next_pow2(group))
+    block_m = block_m or query_block(t, num_seqs, group)
     block_q = block_m // group
     block_d = max(16, next_pow2(d))
     tiles = t // block_q + num_seqs
-    splits = num_splits or _default_num_splits(q, tiles * hk)
+    splits = num_splits or choose_num_splits(tiles * hk, max_context, sm_count(q.device))
     if splits > 1:
-        ws_m = torch.full((splits, t, hq), float("-inf"), dtype=torch.float32, device=q.device)
-        ws_l = torch.zeros((splits, t, hq), dtype=torch.float32, device=q.device)
-        ws_acc = torch.empty((splits, t, hq, block_d), dtype=torch.float32, device=q.device)
+        ws_m = torch.full((t, hq, splits), float("-inf"), dtype=torch.float32, device=q.device)
+        ws_l = torch.empty((t, hq, splits), dtype=torch.float32, device=q.device)
+        ws_acc = torch.empty((t, hq, splits, block_d), dtype=torch.float32, device=q.device)
     else:
         ws_m = ws_l = ws_acc = out  # unused
-    _paged_attention_kernel[(tiles, hk, splits)](
+    launch(
+        _paged_attention_kernel, (tiles, hk, splits),
         q, k_cache, v_cache, out, block_tables,
         query_start_loc.contiguous(), seq_lens.contiguous(), ws_m, ws_l, ws_acc,
         float(scale) * math.log2(math.e), num_seqs, t, hq, splits, k_cache.shape[1],
@@ -292,9 +327,10 @@ def paged_attention_triton(
         SPLIT=splits > 1,
     )  # fmt: skip
     if splits > 1:
-        _combine_splits_kernel[(t, hq)](
-            ws_m, ws_l, ws_acc, out, t, hq, splits, out.stride(0), out.stride(1),
-            D=d, BLOCK_D=block_d,
+        launch(
+            _combine_splits_kernel, (t, hq),
+            ws_m, ws_l, ws_acc, out, hq, splits, out.stride(0), out.stride(1),
+            D=d, BLOCK_D=block_d, BLOCK_S=next_pow2(splits),
         )  # fmt: skip
     return out
 
@@ -311,8 +347,16 @@ def paged_attention(
     seq_lens: torch.Tensor,
     scale: float,
     impl: str = "auto",
+    max_context: int | None = None,
+    num_splits: int | None = None,
+    block_m: int | None = None,
 ) -> torch.Tensor:
-    """Causal attention of ``q[T, Hq, D]`` over the paged cache; returns ``[T, Hq, D]``."""
+    """Causal attention of ``q[T, Hq, D]`` over the paged cache; returns ``[T, Hq, D]``.
+
+    ``max_context`` (the longest ``seq_lens``, if the caller knows it without a device sync)
+    feeds the split-KV rule; ``num_splits`` and ``block_m`` (rows per program, see
+    :func:`query_block`) force the Triton path's choices.
+    """
     if q.dim() != 3 or k_cache.dim() != 4 or k_cache.shape != v_cache.shape:
         raise ValueError(f"bad shapes q {tuple(q.shape)}, k_cache {tuple(k_cache.shape)}")
     hq, hk = q.shape[1], k_cache.shape[2]
@@ -322,5 +366,6 @@ def paged_attention(
         raise ValueError("query_start_loc must have len(seq_lens) + 1 entries")
     tensors = (q, k_cache, v_cache, block_tables, query_start_loc, seq_lens)
     if use_triton(impl, *tensors):
-        return paged_attention_triton(*tensors, scale)
+        return paged_attention_triton(*tensors, scale, block_m=block_m, num_splits=num_splits,
+                                      max_context=max_context)
     return paged_attention_torch(*tensors, scale)

@@ -5,6 +5,10 @@ A decode step reads every cached K and V byte once, so its floor is
 pure-decode batch (q_len = 1 per sequence, shuffled cache blocks) and prints achieved GB/s
 and the fraction of ``--hbm-gbps`` (H100 SXM ~3350, H100 PCIe ~2000, H200 ~4800).
 
+By default each call is replayed from a CUDA graph, as the engine's decode steps are: timed
+from Python, a batch-1 call measures the launches (tens of microseconds), not the kernel.
+The split-KV count is the engine's rule (``choose_num_splits``) unless ``--num-splits``.
+
     python -m kernels.bench_decode_attention --batch 1 8 64 --context 1024 8192 --hbm-gbps 3350
 """
 
@@ -33,6 +37,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--hbm-gbps", type=float, default=3350.0, help="peak HBM bandwidth, GB/s")
     p.add_argument("--num-splits", type=int, default=None, help="force split-KV count")
     p.add_argument("--no-check", action="store_true", help="skip the check vs the reference")
+    p.add_argument("--no-graph", action="store_true", help="time eager calls (launches included)")
     return p.parse_args(argv)
 
 
@@ -64,7 +69,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import triton.testing
 
-    from kernels.attention import paged_attention_torch, paged_attention_triton
+    from kernels.attention import (
+        choose_num_splits,
+        num_programs,
+        paged_attention_torch,
+        paged_attention_triton,
+        query_block,
+        sm_count,
+    )
 
     dtype = DTYPES[a.dtype]
     esize = torch.empty((), dtype=dtype).element_size()
@@ -73,13 +85,18 @@ def main(argv: list[str] | None = None) -> int:
         f"# {torch.cuda.get_device_name()}  dtype={a.dtype} Hq={a.num_q_heads} "
         f"Hk={a.num_kv_heads} D={a.head_dim} block={a.block_size} roofline={a.hbm_gbps} GB/s"
     )
-    print(f"{'batch':>6} {'context':>8} {'KV MB':>9} {'time us':>9} {'GB/s':>8} {'%roof':>6}")
+    group = a.num_q_heads // a.num_kv_heads
+    print(f"{'batch':>6} {'context':>8} {'splits':>6} {'KV MB':>9} {'time us':>9} {'GB/s':>8} {'%roof':>6}")
     for batch in a.batch:
         for context in a.context:
             args = _case(batch, context, a, dtype)
 
-            def run(args=args):
-                return paged_attention_triton(*args, scale, num_splits=a.num_splits)
+            bm = query_block(batch, batch, group)
+            splits = a.num_splits or choose_num_splits(
+                num_programs(batch, batch, a.num_kv_heads, bm, group), context, sm_count(args[0].device))
+
+            def run(args=args, splits=splits):
+                return paged_attention_triton(*args, scale, num_splits=splits)
 
             if not a.no_check:
                 n = min(batch, 4)  # the reference loops in Python: check a few sequences
@@ -88,12 +105,16 @@ def main(argv: list[str] | None = None) -> int:
                 if err.item() > 2e-2:
                     print(f"MISMATCH vs reference: max abs err {err.item():.3g}", file=sys.stderr)
                     return 1
-            ms = triton.testing.do_bench(run, warmup=25, rep=200, return_mode="median")
+            if a.no_graph:
+                ms = triton.testing.do_bench(run, warmup=25, rep=200, return_mode="median")
+            else:
+                run()  # compile before capturing
+                ms = triton.testing.do_bench_cudagraph(run, rep=200, return_mode="median")
             kv_bytes = 2 * batch * context * a.num_kv_heads * a.head_dim * esize
             io_bytes = 2 * batch * a.num_q_heads * a.head_dim * esize  # q in, out
             gbps = (kv_bytes + io_bytes) / (ms * 1e-3) / 1e9
             print(
-                f"{batch:>6} {context:>8} {kv_bytes / 1e6:>9.1f} {ms * 1e3:>9.1f} "
+                f"{batch:>6} {context:>8} {splits:>6} {kv_bytes / 1e6:>9.1f} {ms * 1e3:>9.1f} "
                 f"{gbps:>8.0f} {100 * gbps / a.hbm_gbps:>5.1f}%"
             )
             del args

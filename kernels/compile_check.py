@@ -59,11 +59,12 @@ def _cases():
             {"D": 128, "G": 4, "BLOCK_Q": block_m // 4, "BLOCK_M": block_m, "BLOCK_N": 64,
              "BLOCK_D": 128, "DOT_PREC": prec, "SPLIT": split},
         )  # fmt: skip
-    yield (
-        attention._combine_splits_kernel,
-        {**ws, "out_ptr": "*bf16"},
-        {"D": 128, "BLOCK_D": 128},
-    )
+    for block_s in attention.SPLIT_CHOICES[1:]:
+        yield (
+            attention._combine_splits_kernel,
+            {**ws, "out_ptr": "*bf16"},
+            {"D": 128, "BLOCK_D": 128, "BLOCK_S": block_s},
+        )
     yield (
         sampling._sample_kernel,
         {"logits_ptr": "*bf16", "gumbel_ptr": "*fp32", "temp_ptr": "*fp32", "topk_ptr": "*i64",

@@ -53,6 +53,11 @@ def interpreter_enabled() -> bool:
 # all import this module first), so remember what was in force then.
 _INTERPRETED_AT_IMPORT = interpreter_enabled()
 
+if HAS_TRITON and _INTERPRETED_AT_IMPORT:
+    from kernels.interpreter_compat import patch_scalar_index
+
+    patch_scalar_index()
+
 
 def select_impl(impl: str, *tensors: torch.Tensor) -> Literal["triton", "torch"]:
     """Resolve ``impl`` to ``"triton"`` or ``"torch"`` for a call on ``tensors``."""
@@ -72,8 +77,9 @@ def select_impl(impl: str, *tensors: torch.Tensor) -> Literal["triton", "torch"]
         raise RuntimeError("impl='triton': tensors are spread over CUDA and CPU")
     if interpreter_enabled() and _INTERPRETED_AT_IMPORT:
         return "triton"
+    why = ("Triton was imported in compiled mode, " if interpreter_enabled() else "")
     raise RuntimeError(
-        "impl='triton' on CPU tensors needs the Triton interpreter: set TRITON_INTERPRET=1 "
+        f"impl='triton' on CPU tensors needs the Triton interpreter: {why}set TRITON_INTERPRET=1 "
         "before importing triton/kernels"
     )
 

@@ -7,6 +7,7 @@ Cache layout: ``[num_blocks, block_size, Hk, D]``; token ``t`` goes to
 import torch
 
 from kernels.dispatch import tl, triton, use_triton
+from kernels.variants import launch
 
 
 def write_kv_cache_torch(
@@ -90,7 +91,8 @@ def write_kv_cache_triton(
         return
     hd = hk * d
     grid = (t, triton.cdiv(hd, block))
-    _write_kv_kernel[grid](
+    launch(
+        _write_kv_kernel, grid,
         k, v, k_cache, v_cache, slot_mapping.contiguous(), hd, d, k_cache.shape[1],
         k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),

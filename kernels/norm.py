@@ -9,6 +9,7 @@ rounded to the input dtype first and the norm is computed from that rounded sum,
 import torch
 
 from kernels.dispatch import next_pow2, tl, triton, use_triton
+from kernels.variants import launch
 
 # ----------------------------------------------------------------------------- reference
 
@@ -81,7 +82,8 @@ def _launch(
         r2, res_out = x2, out  # unused when HAS_RES is False
     n = x2.shape[0]
     if n > 0:
-        _rms_norm_kernel[(n,)](
+        launch(
+            _rms_norm_kernel, (n,),
             x2, r2, weight.contiguous(), out, res_out, h,
             x2.stride(0), r2.stride(0), out.stride(0), res_out.stride(0), float(eps),
             HAS_RES=residual is not None, BLOCK=next_pow2(h),

@@ -12,6 +12,7 @@ For each pair ``(a, b)`` with frequency ``i``: ``a' = a cos - b sin``, ``b' = b 
 import torch
 
 from kernels.dispatch import next_pow2, tl, triton, use_triton
+from kernels.variants import launch
 
 
 def build_cos_sin_cache(
@@ -113,7 +114,8 @@ def _rope_one(positions: torch.Tensor, x: torch.Tensor, cache: torch.Tensor, int
     t, h, d = x.shape
     out = torch.empty((t, h, d), dtype=x.dtype, device=x.device)
     if t > 0 and h > 0:
-        _rope_kernel[(t,)](
+        launch(
+            _rope_kernel, (t,),
             positions, x, out, cache, h,
             x.stride(0), x.stride(1), out.stride(0), out.stride(1), cache.stride(0),
             HALF=d // 2, BLOCK_H=next_pow2(h), BLOCK_HALF=next_pow2(d // 2),

@@ -2,7 +2,8 @@
 
 Semantics (shared by both implementations):
 
-* ``temperature <= 0``: greedy, ``argmax(logits)`` (first index among ties).
+* ``temperature <= 0`` or ``top_k == 1``: greedy, ``argmax(logits)`` (first index among
+  ties), whatever the noise: a top-1 request gets the same token on every device.
 * otherwise ``l = logits / temperature`` (fp32) and the kept set is
   ``{i : l_i >= tau}`` where, with ``k = top_k`` (off when ``k <= 0`` or ``k >= V``) and
   ``p = top_p`` (off when ``p >= 1``):
@@ -25,6 +26,7 @@ order-preserving integer image of the fp32 values (at most 32 passes over the ro
 import torch
 
 from kernels.dispatch import tl, triton, use_triton
+from kernels.variants import launch
 
 # ----------------------------------------------------------------------------- noise
 
@@ -72,7 +74,7 @@ def sample_torch(
     """Reference sampler: per row, build the kept set by sorting, then Gumbel-max."""
     x = logits.float()
     temp = temperature.float()
-    greedy = temp <= 0
+    greedy = (temp <= 0) | (top_k == 1)
     scaled = x / torch.where(greedy, torch.ones_like(temp), temp)[:, None]
     out = x.argmax(dim=-1)
     ks, ps, gs = top_k.tolist(), top_p.float().tolist(), greedy.tolist()
@@ -130,7 +132,7 @@ def _sample_kernel(
         best_i = tl.where(better, start + c_arg, best_i)
         best_v = tl.where(better, c_max, best_v)
         min_v = tl.minimum(min_v, tl.min(tl.where(mask, x, float("inf")), 0))
-    if t <= 0.0:
+    if (t <= 0.0) | (k == 1):
         tl.store(out_ptr + row, best_i.to(tl.int64))
         return
 
@@ -216,7 +218,8 @@ def sample_triton(
     if b == 0:
         return out
     block = block or min(4096, triton.next_power_of_2(v))
-    _sample_kernel[(b,)](
+    launch(
+        _sample_kernel, (b,),
         logits, gumbel, temperature.contiguous(), top_k.contiguous(), top_p.contiguous(), out,
         v, logits.stride(0), gumbel.stride(0), BLOCK=block,
     )  # fmt: skip
@@ -236,8 +239,10 @@ def sample(
 ) -> torch.Tensor:
     """Sample one token per row of ``logits[B, V]``; returns ``[B]`` int64.
 
-    Noise is always drawn (``B * V`` exponentials from ``generator``), greedy rows included,
-    so the random stream does not depend on the mix of greedy and sampled rows.
+    Noise is always drawn (``B * V`` exponentials from ``generator``, on the generator's
+    device), greedy rows included, so the random stream does not depend on the mix of greedy
+    and sampled rows. The per-row parameters may live on any device: they are moved to the
+    logits' device (they are ``B`` numbers), and the implementation is chosen for the logits.
     """
     if logits.dim() != 2:
         raise ValueError(f"logits must be [B, V], got {tuple(logits.shape)}")
@@ -245,7 +250,9 @@ def sample(
     for name, t in (("temperature", temperature), ("top_k", top_k), ("top_p", top_p)):
         if t.shape != (b,):
             raise ValueError(f"{name} must have shape ({b},), got {tuple(t.shape)}")
-    gumbel = draw_gumbel(b, v, logits.device, generator)
+    dev = logits.device
+    temperature, top_k, top_p = temperature.to(dev), top_k.to(dev), top_p.to(dev)
+    gumbel = draw_gumbel(b, v, dev, generator)
     if use_triton(impl, logits, temperature, top_k, top_p):
         return sample_triton(logits, temperature, top_k, top_p, gumbel)
     return sample_torch(logits, temperature, top_k, top_p, gumbel)

@@ -24,3 +24,11 @@ class TraceError(InputError):
 
 class ProfileError(InputError):
     pass
+
+
+class ModelConfigError(InputError):
+    """A model's Hugging Face ``config.json`` that cannot describe a model."""
+
+
+class OutputError(InputError):
+    """An output location we cannot write to (a file where a folder should be, no permission)."""

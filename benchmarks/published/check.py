@@ -139,9 +139,9 @@ def check(problems: list[str]) -> tuple[list[dict], list[dict]]:
             for key in ("num_gpus", "tp", "pp"):
                 if not (isinstance(c.get(key), int) and c[key] >= 1):
                     problems.append(f"{w}: {key} must be a positive integer")
-            if all(isinstance(c.get(k), int) and c[k] >= 1 for k in ("num_gpus", "tp", "pp")):
-                if c["num_gpus"] % (c["tp"] * c["pp"]):
-                    problems.append(f"{w}: num_gpus is not a multiple of tp*pp")
+            sizes = all(isinstance(c.get(k), int) and c[k] >= 1 for k in ("num_gpus", "tp", "pp"))
+            if sizes and c["num_gpus"] % (c["tp"] * c["pp"]):
+                problems.append(f"{w}: num_gpus is not a multiple of tp*pp")
             for key in ("weights", "kv_cache"):
                 if c.get(key) not in DTYPES:
                     problems.append(f"{w}: {key} {c.get(key)!r} not in {sorted(DTYPES)}")
@@ -285,7 +285,7 @@ def report(sources: list[dict], cases: list[dict], markdown: bool, problems: lis
         cols = sorted({key(c) for c in cases}, key=str)
         print()
         print(f"{title} (rows: metric family)")
-        print("  " + " " * 11 + "".join(f"{str(col):>12}" for col in cols))
+        print("  " + " " * 11 + "".join(f"{col!s:>12}" for col in cols))
         for f in fams:
             row = Counter(key(c) for c in cases if FAMILY[c["metric"]] == f)
             print(f"  {f:<11}" + "".join(f"{row.get(col, 0):>12}" for col in cols))

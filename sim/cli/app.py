@@ -8,27 +8,19 @@ import sys
 from rich.markup import escape
 from rich.table import Table
 
-from sim.cli.console import console, err_console, finish_run, progress_callback
+from sim.cli.console import console, err_console, finish_run, positive_int, progress_callback
 from sim.errors import InputError
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
-    return value
 
 
 def cmd_run(args) -> int:
     from sim.loops.run import simulate
+    from sim.results.write import check_results_dir
     from sim.scenario.schema import load_scenario
     from sim.traffic import build_workload
 
     scenario = load_scenario(args.scenario, args.set)
     workload = build_workload(scenario)  # reads and checks traces before anything runs
+    check_results_dir(args.out, args.format)  # and the output folder
     bar, cb = progress_callback(len(workload))
     if args.profile_sim:
         import cProfile
@@ -45,7 +37,7 @@ def cmd_run(args) -> int:
             result = simulate(scenario, progress=cb, workload=workload)
     else:
         result = simulate(scenario, workload=workload)
-    return finish_run(result, args.out, args.format, "simulated")
+    return finish_run(result, args.out, args.format, "simulated", workload)
 
 
 def cmd_list(args) -> int:
@@ -99,22 +91,24 @@ def build_parser() -> argparse.ArgumentParser:
     ls.set_defaults(func=cmd_list)
 
     bench = sub.add_parser("bench", help="measure the simulator's own speed")
-    bench.add_argument("--requests", type=_positive_int, default=100_000, help="requests per run (default 100000)")
-    bench.add_argument("--replicas", type=_positive_int, default=1,
-                       help="replicas per run, each with its share of traffic (default 1)")
+    bench.add_argument("--requests", type=positive_int, default=100_000,
+                       help="requests per run where the traffic is generated (default 100000)")
     bench.add_argument("--policies", nargs="+", default=["continuous", "chunked-prefill"],
-                       choices=["static", "continuous", "chunked-prefill"])
-    bench.add_argument("--cluster", action="store_true",
-                       help="also run 1,000,000 requests over 8 replicas")
-    bench.add_argument("--compare-stepping", action="store_true",
-                       help="also run the SimPy loop step by step (no fast-forward) and print the speed-up")
-    bench.add_argument("--loop", choices=["both", "compiled", "simpy"], default="both",
-                       help="which simulation loops to measure (default both, side by side)")
-    bench.add_argument("--scaling", action="store_true",
-                       help="print the cost per request from 10k to 1M requests")
+                       choices=["static", "continuous", "chunked-prefill"],
+                       help="policies of the default scenario to measure")
+    bench.add_argument("--scenarios", nargs="*", default=None, metavar="FILE",
+                       help="measure these scenarios instead (no FILE: every shipped scenario), "
+                            "each against 20,000 simulated requests per second")
+    bench.add_argument("--cluster", action="store_true", help="also run 1,000,000 requests over 8 replicas")
+    bench.add_argument("--scaling", action="store_true", help="also run 10k, 100k and 1M requests")
+    bench.add_argument("--startup", action="store_true",
+                       help="also time a 2,000-request servesim run, warm and in a fresh checkout (empty cache)")
+    bench.add_argument("--loop", choices=["compiled", "simpy", "both"], default="compiled",
+                       help="which simulation loop to measure (both: side by side, with their ratio)")
     bench.add_argument("--cost", choices=["roofline", "profile"], default="roofline",
-                       help="price steps with the roofline (Llama-3-8B, 10 req/s per replica) or the shipped "
-                            "H100 profile (Llama-2-70B TP 2, 1.2 req/s per replica)")
+                       help="price the default scenario with the roofline (Llama-3-8B, 10 req/s per replica) or "
+                            "the shipped H100 profile (Llama-2-70B TP 2, 1.2 req/s per replica)")
+    bench.add_argument("--format", choices=["table", "csv", "json"], default="table", help="output format")
     bench.set_defaults(func=cmd_bench)
 
     for register in _extra_commands():
@@ -136,6 +130,11 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except InputError as e:
         err_console.print(f"[red]error:[/] {escape(str(e))}", highlight=False)
+        return 2
+    except MemoryError:
+        err_console.print("[red]error:[/] out of memory: this run needs more memory than the machine "
+                          "has; expected fewer requests (workload.num_requests, duration_s), shorter "
+                          "prompts or fewer replicas", highlight=False)
         return 2
     except KeyboardInterrupt:
         err_console.print("interrupted")

@@ -1,143 +1,186 @@
-"""``servesim bench``: the simulator's own speed, end to end (load, simulate, write results).
+"""``servesim bench``: the simulator's own speed, end to end (imports, load, simulate, write).
 
-Each configuration runs in a fresh child process, so its peak memory is its own and imports
+Every measurement runs in a fresh child process, so its peak memory is its own and imports
 count. Figures are simulated requests per wall-second; compare loops by the ratio printed
-from one run (the machines are shared and noisy). The compiled loop's first run in a fresh
-checkout also compiles it (numba caches the result beside the source); ``measure`` warms
-that cache first, and the bench prints how long compiling took.
+from one run (the machines are shared and noisy).
+
+- default: the embedded default scenario (Poisson traffic on H100s) under continuous batching
+  and chunked prefill, priced by the roofline (or ``--cost profile``: the shipped H100 profile);
+- ``--scenarios [FILE ...]``: every shipped scenario (or those given), 100,000 requests where
+  the scenario generates its traffic, traces as shipped, each checked against 20,000 req/s;
+- ``--cluster``: 1,000,000 requests over 8 replicas; ``--scaling``: 10k to 1M requests;
+- ``--startup``: a 2,000-request ``servesim run`` from the command line, warm, and the first run
+  in a fresh checkout (an empty numba cache: compiling included).
 """
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
+import os
 import resource
+import subprocess
+import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
 
-PROFILE = Path(__file__).resolve().parents[2] / "calibration" / "profiles" / "h100-llama-2-70b-tp2.json"
-# What ``--cost`` prices with, as overrides of the default scenario, and the traffic per
-# replica it serves below saturation (req/s).
+ROOT = Path(__file__).resolve().parents[2]
+PROFILE = ROOT / "calibration" / "profiles" / "h100-llama-2-70b-tp2.json"
+SCENARIOS = ROOT / "scenarios"
+TARGET_RPS = 20_000  # simulated requests per wall-second, end to end, for every shipped scenario
+# What ``--cost`` prices with, as overrides of the default scenario, and the traffic per replica
+# it serves below saturation (req/s).
 COSTS = {
     "roofline": (["model=llama-3-8b"], 10),
     "profile": (["model=llama-2-70b", "hardware.tp=2", "cost.model=profile", f"cost.profile={PROFILE}"], 1.2),
 }
 
 
-# The loops ``servesim bench`` compares: label -> (simulation.loop, simulation.fast_forward).
-MODES = {"compiled": ("compiled", True), "simpy fast-forward": ("simpy", True),
-         "simpy step by step": ("simpy", False)}
-
-
-def bench_scenario(requests: int, replicas: int = 1, policy: str = "continuous",
-                   mode: str = "compiled", cost: str = "roofline") -> list[str]:
-    """The embedded default scenario, as ``--set`` overrides: Poisson traffic on H100s,
-    Llama-3-8B priced by the roofline or Llama-2-70B (TP 2) by the shipped H100 profile."""
-    loop, fast_forward = MODES[mode]
-    overrides, rate = COSTS[cost]
-    return [*overrides, "hardware.gpu=H100-SXM", "workload.arrival.process=poisson",
-            f"workload.arrival.rate={rate * replicas}", f"replicas={replicas}",
-            f"scheduler.policy={policy}", f"workload.num_requests={requests}",
-            f"simulation.loop={loop}", f"simulation.fast_forward={fast_forward}"]
-
-
 @dataclass
 class Measurement:
+    name: str
+    loop: str
+    requests: int
     wall_s: float  # end to end: imports, load, simulate, write results
     simulate_s: float
     peak_mb: float
     steps: int
-    events: int
+
+    @property
+    def rps(self) -> float:
+        return self.requests / self.wall_s
+
+    def row(self) -> dict:
+        return {**asdict(self), "req_per_s": round(self.rps),
+                "simulate_req_per_s": round(self.requests / self.simulate_s)}
 
 
-def _one(overrides: list[str], queue) -> None:
-    t0 = time.perf_counter()
-    from sim.loops.run import simulate
-    from sim.results.write import write_results
+def default_overrides(requests: int, replicas: int = 1, policy: str = "continuous", loop: str = "compiled",
+                      cost: str = "roofline") -> list[str]:
+    """The embedded default scenario, as ``--set`` overrides."""
+    overrides, rate = COSTS[cost]
+    return [*overrides, "hardware.gpu=H100-SXM", "workload.arrival.process=poisson",
+            f"workload.arrival.rate={rate * replicas}", f"replicas={replicas}", f"scheduler.policy={policy}",
+            f"workload.num_requests={requests}", f"simulation.loop={loop}"]
+
+
+def scenario_overrides(path: Path, requests: int, loop: str) -> list[str]:
+    """Run ``path`` with ``requests`` requests where it generates its traffic (a trace runs as shipped)."""
     from sim.scenario.schema import load_scenario
 
-    scenario = load_scenario(None, overrides)
-    result = simulate(scenario)
-    with tempfile.TemporaryDirectory() as out:
-        write_results(result, out)
-    wall = time.perf_counter() - t0
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    queue.put(Measurement(wall, result.wall_s, peak_mb, result.summary["steps"], result.events))
+    w = load_scenario(path).workload
+    streams = w.classes if w.classes is not None else (w,)
+    generated = all(s.trace is None and s.arrival.process != "trace" for s in streams)
+    sizes = [f"workload.num_requests={requests}", "workload.duration_s=null"] if generated else []
+    return [*sizes, f"simulation.loop={loop}"]
 
 
-def measure(overrides: list[str]) -> Measurement:
+def _one(path: str | None, overrides: list[str], name: str, queue) -> None:
+    try:
+        t0 = time.perf_counter()
+        from sim.loops.run import simulate
+        from sim.results.write import write_results
+        from sim.scenario.schema import load_scenario
+
+        scenario = load_scenario(path, overrides)
+        result = simulate(scenario)
+        with tempfile.TemporaryDirectory() as out:
+            write_results(result, out)
+        wall = time.perf_counter() - t0
+        peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        queue.put(Measurement(name, result.loop, len(result.requests), wall, result.wall_s, peak_mb,
+                              result.summary["steps"]))
+    except BaseException as e:
+        queue.put(f"{type(e).__name__}: {e}")
+
+
+def measure(name: str, overrides: list[str], path: Path | None = None) -> Measurement:
     """One run in a fresh child process."""
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    p = ctx.Process(target=_one, args=(overrides, q))
+    p = ctx.Process(target=_one, args=(None if path is None else str(path), overrides, name, q))
     p.start()
-    out = q.get()
+    while True:
+        try:
+            out = q.get(timeout=1.0)
+            break
+        except Exception:
+            if not p.is_alive():
+                out = f"the run died (exit code {p.exitcode})"
+                break
     p.join()
+    if isinstance(out, str):
+        raise RuntimeError(f"bench run {name!r} failed: {out}")
     return out
 
 
-def _profile_load_s() -> float:
-    from sim.pricing.profile import load_profile
-
-    t0 = time.perf_counter()
-    load_profile(PROFILE)
-    return time.perf_counter() - t0
+def cli_run_s(env: dict | None = None) -> float:
+    """Wall seconds of ``servesim run`` (2,000 requests of the default scenario) in a new process."""
+    with tempfile.TemporaryDirectory() as out:
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "sim.cli", "run", "--out", out, "--set", "workload.num_requests=2000"],
+                       check=True, capture_output=True, env={**os.environ, **(env or {})})
+        return time.perf_counter() - t0
 
 
 def run_bench(args) -> int:
-    console = Console(width=max(Console().width, 130))
-    table = Table("policy", "requests", "replicas", "mode", "steps", "events / request",
-                  "wall s (end to end)", "req/s", "simulate-only req/s", "peak MB", title="servesim bench")
+    from sim.cli.console import console, print_rows
 
-    def row(policy: str, n: int, replicas: int, label: str, m: Measurement) -> None:
-        table.add_row(policy, f"{n:,}", str(replicas), label, f"{m.steps:,}", f"{m.events / n:.2f}",
-                      f"{m.wall_s:.2f}", f"{n / m.wall_s:,.0f}", f"{n / m.simulate_s:,.0f}", f"{m.peak_mb:.0f}")
-
-    warm_s = None
-    if args.loop != "simpy":  # compile (or load the cached build) before anything is timed
-        warm_s = measure(bench_scenario(100, mode="compiled")).wall_s
-    modes = ["compiled", "simpy fast-forward"] + (["simpy step by step"] if args.compare_stepping else [])
-    if args.loop != "both":
-        modes = [m for m in modes if m.startswith(args.loop)]
-    for policy in args.policies:
-        rates = {}
-        for mode in modes:
-            m = measure(bench_scenario(args.requests, args.replicas, policy, mode, args.cost))
-            rates[mode] = args.requests / m.wall_s
-            row(policy, args.requests, args.replicas, mode, m)
-        for fast, slow in (("compiled", "simpy fast-forward"), ("simpy fast-forward", "simpy step by step")):
-            if fast in rates and slow in rates:
-                table.add_row(policy, "", "", f"{fast} / {slow}", "", "", "",
-                              f"×{rates[fast] / rates[slow]:.2f}", "", "")
+    rows: list[Measurement] = []
+    loops = ["compiled", "simpy"] if args.loop == "both" else [args.loop]
+    measure("warm-up", default_overrides(100))  # compile (or load the cached build) before timing
+    if args.scenarios is not None:
+        paths = [Path(p) for p in args.scenarios] or sorted(SCENARIOS.glob("*.yaml"))
+        for path in paths:
+            for loop in loops:
+                try:
+                    rows.append(measure(path.stem, scenario_overrides(path, args.requests, loop), path))
+                except RuntimeError as e:
+                    console.print(f"[yellow]skipped[/] {e}")
+    else:
+        for policy in args.policies:
+            for loop in loops:
+                rows.append(measure(f"default {policy}", default_overrides(args.requests, 1, policy, loop,
+                                                                           args.cost)))
     if args.cluster:
-        n, replicas = 1_000_000, 8
-        for mode in [m for m in modes if m != "simpy step by step"]:
-            row("continuous", n, replicas, mode, measure(bench_scenario(n, replicas, mode=mode, cost=args.cost)))
-    console.print(table)
+        for loop in loops:
+            rows.append(measure("1M over 8 replicas", default_overrides(1_000_000, 8, loop=loop, cost=args.cost)))
     if args.scaling:
-        mode = "compiled" if args.loop != "simpy" else "simpy fast-forward"
-        curve = Table("requests", "wall s (end to end)", "µs per request", "µs per added request",
-                      "events / request", "peak MB",
-                      title=f"cost per simulated request (continuous, {mode}, 1 replica)")
-        before = None
         for n in (10_000, 100_000, 1_000_000):
-            m = measure(bench_scenario(n, mode=mode, cost=args.cost))
-            # The cost of the requests beyond the previous size: fixed start-up cancels out.
-            added = "" if before is None else f"{(m.wall_s - before[1]) / (n - before[0]) * 1e6:.1f}"
-            curve.add_row(f"{n:,}", f"{m.wall_s:.1f}", f"{m.wall_s / n * 1e6:.1f}", added,
-                          f"{m.events / n:.2f}", f"{m.peak_mb:.0f}")
-            before = (n, m.wall_s)
-        console.print(curve)
-    if warm_s is not None:
-        console.print(f"warm-up: 100 requests on the compiled loop took {warm_s:.1f} s end to end "
-                      "(in a fresh checkout that includes compiling it; later runs load the cached build)")
-    console.print(f"profile load ({PROFILE.name}): {_profile_load_s() * 1000:.1f} ms; "
-                  "the roofline model needs no profiling or training step")
-    overrides, rate = COSTS[args.cost]
-    console.print(f"scenario: the embedded default with {', '.join(overrides)} on H100s, Poisson at {rate} "
-                  "req/s per replica")
+            rows.append(measure(f"scaling {n:,}", default_overrides(n, cost=args.cost)))
+    extra = {}
+    if args.startup:
+        extra["small_run_warm_s"] = round(cli_run_s(), 2)
+        with tempfile.TemporaryDirectory() as cache:
+            extra["first_run_cold_s"] = round(cli_run_s({"NUMBA_CACHE_DIR": cache}), 2)
+
+    records = [m.row() | ({"meets_20k": m.rps >= TARGET_RPS} if args.scenarios is not None else {}) for m in rows]
+    if args.format == "json":
+        print(json.dumps({"runs": records, **extra}, indent=2))
+        return 0
+    columns = ["name", "loop", "requests", "steps", "wall_s", "req_per_s", "simulate_req_per_s", "peak_mb",
+               *(["meets_20k"] if args.scenarios is not None else [])]
+    print_rows(Table(*columns, title="servesim bench (simulated requests per wall-second, end to end)"),
+               [[_cell(r[c]) for c in columns] for r in records], args.format)
+    for name in sorted({m.name for m in rows}):
+        by_loop = {m.loop: m for m in rows if m.name == name}
+        if {"compiled", "simpy"} <= by_loop.keys():
+            console.print(f"{name}: compiled over SimPy ×{by_loop['compiled'].rps / by_loop['simpy'].rps:.1f} "
+                          "(same run)")
+    for key, value in extra.items():
+        console.print(f"{key.replace('_', ' ')}: {value} s")
     return 0
+
+
+def _cell(v) -> str:
+    if isinstance(v, bool):
+        return "yes" if v else "NO"
+    if isinstance(v, float):
+        return f"{v:.2f}" if v < 100 else f"{v:,.0f}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)

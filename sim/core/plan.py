@@ -1,19 +1,73 @@
-"""The BatchPlan: the contract between scheduler, cost model and engine.
+"""The BatchPlan: the contract between the scheduler, the cost model and the engine.
 
-A plan says which requests run in one step of one replica, how many new tokens each
-processes (a prefill chunk, or 1 for a decode), how much context each already has in the KV
-cache, whether it samples a token at the end of the step, and the memory actions taken
-before the step (blocks held, requests freed or preempted).
+A plan says which requests run in one step of one engine, how many new tokens each processes
+(a prefill chunk, or 1 for a decode), how much context each already has in the KV cache,
+whether it samples a token at the end of the step, and the memory actions taken before the
+step (blocks held, requests freed or preempted, blocks swapped). Its *shape* — a few sums over
+the rows — is all a cost model needs; ``shape_into`` computes it, for every loop.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Protocol
 
 import numpy as np
 
+from sim.core.jit import entry, jit
+
 _EMPTY = np.zeros(0, dtype=np.int64)
+
+# A step's shape as a float64 vector (index: meaning).
+NUM_TOKENS = 0  # all new tokens (speculative drafts verified included)
+NUM_SEQS = 1
+PREFILL_TOKENS = 2  # new tokens of prefill rows
+PREFILL_ATTN = 3  # Σ over prefill rows of q_len · context_len (attention work)
+DECODE_SEQS = 4
+DECODE_CONTEXT = 5  # Σ context of decode rows (KV read)
+NUM_SAMPLED = 6
+VERIFY_TOKENS = 7  # speculative decoding: draft tokens verified
+SWAP_TOKENS = 8  # KV (in tokens) moved to or from host memory
+SHAPE_SIZE = 9
+SHAPE_FIELDS = ("num_tokens", "num_seqs", "prefill_tokens", "prefill_attn", "decode_seqs", "decode_context",
+                "num_sampled", "verify_tokens", "swap_tokens")
+
+
+@jit
+def shape_into(out, new, comp, samp, n, spec_k, swapped_blocks, block_size):
+    """The shape of a step whose rows 0..n-1 process ``new`` tokens on ``comp`` cached ones
+    (``samp``: the row samples). A decode row is one new token on a cached context."""
+    tokens = 0
+    decodes = 0
+    decode_context = 0
+    qctx = 0
+    sampled = 0
+    for i in range(n):
+        q = new[i]
+        ctx = comp[i] + q
+        tokens += q
+        qctx += q * ctx
+        if q == 1 and comp[i] > 0:
+            decodes += 1
+            decode_context += ctx
+        if samp[i]:
+            sampled += 1
+    verify = spec_k * decodes
+    out[NUM_TOKENS] = float(tokens + verify)
+    out[NUM_SEQS] = float(n)
+    out[PREFILL_TOKENS] = float(tokens - decodes)
+    out[PREFILL_ATTN] = float(qctx - decode_context)
+    out[DECODE_SEQS] = float(decodes)
+    out[DECODE_CONTEXT] = float(decode_context)
+    out[NUM_SAMPLED] = float(sampled)
+    out[VERIFY_TOKENS] = float(verify)
+    out[SWAP_TOKENS] = float(swapped_blocks * block_size)
+
+
+@entry
+def _shape_of(out, new, comp, samp, n, spec_k, swapped_blocks, block_size):
+    shape_into(out, new, comp, samp, n, spec_k, swapped_blocks, block_size)
 
 
 @dataclass(frozen=True)
@@ -36,7 +90,7 @@ class BatchPlan:
 
     @cached_property
     def num_tokens(self) -> int:
-        return sum(self.num_new_tokens.tolist())  # (faster than a numpy reduction on a batch)
+        return int(self.num_new_tokens.sum())
 
     @cached_property
     def is_decode(self) -> np.ndarray:
@@ -52,51 +106,49 @@ class BatchPlan:
     def num_decodes(self) -> int:
         return int(np.count_nonzero(self.is_decode))
 
-    @cached_property
-    def is_pure_decode(self) -> bool:
-        """Every row decodes one token on a cached context and samples."""
-        n = self.num_seqs
-        return n > 0 and self.num_decodes == n and int(np.count_nonzero(self.samples)) == n
+    def shape_vector(self) -> np.ndarray:
+        out = np.zeros(SHAPE_SIZE)
+        _shape_of(out, self.num_new_tokens, self.num_computed, self.samples, self.num_seqs, self.spec_tokens,
+                   self.swap_in_blocks + self.swap_out_blocks, self.block_size)
+        return out
 
     def shape(self) -> StepShape:
-        shape = self.__dict__.get("_shape")
-        if shape is None:
-            shape = self.__dict__["_shape"] = StepShape.of(self)
-        return shape
+        return StepShape(*self.shape_vector())
 
 
 @dataclass(frozen=True)
 class StepShape:
     """What a cost model needs to know of a step. Fields may be arrays (many steps at once)."""
 
-    num_tokens: np.ndarray | float  # all new tokens
+    num_tokens: np.ndarray | float
     num_seqs: np.ndarray | float
-    prefill_tokens: np.ndarray | float  # new tokens of prefill rows
-    prefill_attn: np.ndarray | float  # Σ over prefill rows of q_len · context_len (attention work)
+    prefill_tokens: np.ndarray | float
+    prefill_attn: np.ndarray | float
     decode_seqs: np.ndarray | float
-    decode_context: np.ndarray | float  # Σ context of decode rows (KV bytes read)
+    decode_context: np.ndarray | float
     num_sampled: np.ndarray | float
-    verify_tokens: np.ndarray | float = 0.0  # speculative decoding: draft tokens verified
-    swap_tokens: np.ndarray | float = 0.0  # KV (in tokens) moved to or from host memory
+    verify_tokens: np.ndarray | float = 0.0
+    swap_tokens: np.ndarray | float = 0.0
 
-    @classmethod
-    def of(cls, plan: BatchPlan) -> StepShape:
-        # Integer sums (exact), with decode rows' single token taken out of the totals.
-        q = plan.num_new_tokens
-        ctx = plan.context_lens
-        dec = plan.is_decode
-        tokens = plan.num_tokens
-        decodes = plan.num_decodes
-        decode_context = sum(ctx[dec].tolist())
-        verify = float(plan.spec_tokens * decodes)
-        return cls(
-            num_tokens=float(tokens) + verify,
-            num_seqs=float(len(q)),
-            prefill_tokens=float(tokens - decodes),
-            prefill_attn=float(int(q @ ctx) - decode_context) if decodes < len(q) else 0.0,
-            decode_seqs=float(decodes),
-            decode_context=float(decode_context),
-            num_sampled=float(np.count_nonzero(plan.samples)),
-            verify_tokens=verify,
-            swap_tokens=float((plan.swap_in_blocks + plan.swap_out_blocks) * plan.block_size),
-        )
+    def vectors(self) -> np.ndarray:
+        """The shapes as rows of a [steps, SHAPE_SIZE] array."""
+        cols = np.broadcast_arrays(*(np.asarray(getattr(self, f), dtype=np.float64) for f in SHAPE_FIELDS))
+        return np.ascontiguousarray(np.stack([np.atleast_1d(c) for c in cols], axis=1))
+
+    @property
+    def is_scalar(self) -> bool:
+        return all(np.ndim(getattr(self, f)) == 0 for f in SHAPE_FIELDS)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    duration: float  # seconds the step took (predicted or measured)
+    stopped: np.ndarray | None = None  # bool [n]: rows whose sampled token ended the request (EOS)
+
+
+class Executor(Protocol):
+    """What turns a BatchPlan into elapsed time: a cost model (simulate) or the engine (execute)."""
+
+    def run(self, plan: BatchPlan, table) -> StepResult:
+        """Execute (or price) one step. Must not change the table: the scheduler commits."""
+        ...

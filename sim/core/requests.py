@@ -1,19 +1,26 @@
-"""Request state as a table of numpy arrays: one row per request, no object per request.
+"""Request state as a table of numpy columns: one row per request, no object per request.
 
-The scheduler, the simulator's replica loop and the real engine all read and write the same
-table, so a policy behaves identically whether the clock is simulated or real.
+The scheduling core reads and writes these columns (``arrays()`` hands them over as one typed
+tuple); metrics read them afterwards. Token accounting follows vLLM: ``num_tokens`` is the
+prompt plus the tokens generated so far, ``num_computed`` how many of them are in the KV
+cache. A step processes ``num_tokens - num_computed`` tokens (a whole prompt, a chunk of it,
+or 1 for a decode) and, when it catches up, samples a token. Preemption by recompute resets
+``num_computed`` to 0: the request later prefills its prompt and its output so far.
 """
 
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import NamedTuple
 
 import numpy as np
+
+from sim.core.jit import HAVE_NUMBA, entry, struct
 
 
 class Status(IntEnum):
     PENDING = 0  # not arrived yet
-    WAITING = 1  # queued at a replica
+    WAITING = 1  # queued at a replica (waiting, swapped out, or waiting for room for its KV)
     RUNNING = 2  # holds KV blocks, being prefilled or decoded
     FINISHED = 3
     REJECTED = 4
@@ -39,67 +46,116 @@ _REASON_TEXT = {
 }
 
 
-class RequestTable:
-    """Columns of per-request state.
+class Requests(NamedTuple):
+    """The columns, as the core's compiled functions take them."""
 
-    Token accounting follows vLLM: ``num_tokens`` is prompt plus tokens generated so far;
-    ``num_computed`` is how many of them are in the KV cache. A step processes
-    ``num_tokens - num_computed`` tokens (the whole or a chunk of a prefill, or 1 for a decode)
-    and, when it catches up, samples one new token. Preemption by recompute resets
-    ``num_computed`` to 0, so the request later prefills its prompt and output so far.
-    """
+    arrival: np.ndarray  # f8: when it arrived (set when the loop submits it)
+    prompt_len: np.ndarray  # i8
+    output_len: np.ndarray  # i8: max new tokens
+    num_tokens: np.ndarray  # i8
+    num_computed: np.ndarray  # i8
+    num_generated: np.ndarray  # i8
+    num_blocks: np.ndarray  # i8: KV blocks held (cached leading blocks included)
+    status: np.ndarray  # i1 Status
+    reject_reason: np.ndarray  # i1 RejectReason
+    replica: np.ndarray  # i4: where it was routed (-1: nowhere yet)
+    engine: np.ndarray  # i4: the engine (a replica's, or one of a pipelined replica's) it is at
+    source: np.ndarray  # i4: handed over: the prefill engine that keeps its KV until it is sent
+    preemptions: np.ndarray  # i4
+    first_scheduled: np.ndarray  # f8
+    first_token: np.ndarray  # f8
+    completion: np.ndarray  # f8
+    last_token: np.ndarray  # f8: when its latest token came out (inter-token gaps)
+    cached_tokens: np.ndarray  # i8: prompt tokens served by the prefix cache
+    cache_blocks: np.ndarray  # i8: leading blocks it holds through the prefix cache
+    swapped_blocks: np.ndarray  # i8: KV blocks parked in host memory
+    held_blocks: np.ndarray  # i8: handed over: blocks its prefill replica keeps until the KV is sent
+    held_cached: np.ndarray  # i8: of which shared through the prefix cache
+    handoff_s: np.ndarray  # f8: handed over: the duration of the step that prefilled it
+    class_id: np.ndarray  # i2
+    level: np.ndarray  # i2: priority level, 0 served first
+    prefix_offsets: np.ndarray  # i8 [n+1]: its shareable block ids are prefix_ids[off[i]:off[i+1]]
+    prefix_ids: np.ndarray  # i8
+    qnext: np.ndarray  # i8: the next request in the queue it waits in (-1: last)
+    qprev: np.ndarray  # i8
+
+
+RequestsType, RequestsRef = struct("Requests", Requests._fields, __name__)
+
+
+@entry
+def _new_requests(*fields):
+    return RequestsRef(*fields)
+
+
+def requests_ref(cols: Requests):
+    """The columns as the compiled core takes them (the same arrays)."""
+    return _new_requests(*cols) if HAVE_NUMBA else cols
+
+
+class RequestTable:
+    """The columns of every request of a run, in arrival order."""
 
     def __init__(self, arrival: np.ndarray, prompt_len: np.ndarray, output_len: np.ndarray):
         n = len(arrival)
         if not (len(prompt_len) == len(output_len) == n):
             raise ValueError("arrival, prompt_len and output_len must have the same length")
         self.n = n
-        self.arrival = np.asarray(arrival, dtype=np.float64)
-        self.prompt_len = np.asarray(prompt_len, dtype=np.int64)
-        self.output_len = np.asarray(output_len, dtype=np.int64)  # max new tokens
-        self.num_tokens = self.prompt_len.copy()
-        self.num_computed = np.zeros(n, dtype=np.int64)
-        self.num_generated = np.zeros(n, dtype=np.int64)
-        self.num_blocks = np.zeros(n, dtype=np.int64)
-        self.status = np.zeros(n, dtype=np.int8)
-        self.reject_reason = np.zeros(n, dtype=np.int8)
-        self.replica = np.full(n, -1, dtype=np.int32)
-        self.preemptions = np.zeros(n, dtype=np.int32)
-        self.first_scheduled = np.full(n, np.nan)
-        self.first_token = np.full(n, np.nan)
-        self.completion = np.full(n, np.nan)
-        self.cached_tokens = np.zeros(n, dtype=np.int64)  # prompt tokens served by prefix cache
-        self.cache_blocks = np.zeros(n, dtype=np.int64)  # leading blocks held via the prefix cache
-        self.swapped_blocks = np.zeros(n, dtype=np.int64)  # KV blocks parked in host memory
-        self.class_id = np.zeros(n, dtype=np.int16)
         self.class_names: tuple[str, ...] = ("default",)
         self.priority = np.zeros(n, dtype=np.int16)
-        # Ids of each request's leading full KV blocks that other requests may share (ragged).
-        self.prefix_offsets = np.zeros(n + 1, dtype=np.int64)
-        self.prefix_hashes = np.zeros(0, dtype=np.int64)
+        i8 = lambda: np.zeros(n, dtype=np.int64)  # noqa: E731
+        nan = lambda: np.full(n, np.nan)  # noqa: E731
+        self.cols = Requests(
+            arrival=np.array(arrival, dtype=np.float64), prompt_len=np.array(prompt_len, dtype=np.int64),
+            output_len=np.array(output_len, dtype=np.int64), num_tokens=np.array(prompt_len, dtype=np.int64),
+            num_computed=i8(), num_generated=i8(), num_blocks=i8(), status=np.zeros(n, dtype=np.int8),
+            reject_reason=np.zeros(n, dtype=np.int8), replica=np.full(n, -1, dtype=np.int32),
+            engine=np.full(n, -1, dtype=np.int32), source=np.full(n, -1, dtype=np.int32),
+            preemptions=np.zeros(n, dtype=np.int32),
+            first_scheduled=nan(), first_token=nan(), completion=nan(), last_token=nan(),
+            cached_tokens=i8(), cache_blocks=i8(), swapped_blocks=i8(), held_blocks=i8(), held_cached=i8(),
+            handoff_s=np.zeros(n), class_id=np.zeros(n, dtype=np.int16), level=np.zeros(n, dtype=np.int16),
+            prefix_offsets=np.zeros(n + 1, dtype=np.int64), prefix_ids=np.zeros(0, dtype=np.int64),
+            qnext=np.full(n, -1, dtype=np.int64), qprev=np.full(n, -1, dtype=np.int64))
 
     @classmethod
     def from_workload(cls, w) -> RequestTable:
         t = cls(w.arrival, w.prompt_len, w.output_len)
-        if getattr(w, "class_id", None) is not None:
-            t.class_id = np.asarray(w.class_id, dtype=np.int16)
+        if w.class_id is not None:
+            t.class_id[:] = w.class_id
             t.class_names = tuple(w.class_names)
-        if getattr(w, "priority", None) is not None:
-            t.priority = np.asarray(w.priority, dtype=np.int16)
-        if getattr(w, "prefix_offsets", None) is not None:
-            t.prefix_offsets = np.asarray(w.prefix_offsets, dtype=np.int64)
-            t.prefix_hashes = np.asarray(w.prefix_hashes, dtype=np.int64)
+        if w.priority is not None:
+            t.set_priority(w.priority)
+        if w.prefix_offsets is not None:
+            t.set_prefix_ids(w.prefix_offsets, w.prefix_hashes)
         return t
 
-    def prefix_blocks(self, rid: int) -> np.ndarray:
-        return self.prefix_hashes[self.prefix_offsets[rid]:self.prefix_offsets[rid + 1]]
+    def set_prefix_ids(self, offsets: np.ndarray, ids: np.ndarray) -> None:
+        """Request i's shareable prompt blocks are ids[offsets[i]:offsets[i+1]] (content ids)."""
+        self.cols = self.cols._replace(prefix_offsets=np.asarray(offsets, dtype=np.int64),
+                                       prefix_ids=np.asarray(ids, dtype=np.int64))
 
-    def first_prefix_block(self, rid: int) -> int | None:
-        lo, hi = self.prefix_offsets[rid], self.prefix_offsets[rid + 1]
-        return int(self.prefix_hashes[lo]) if hi > lo else None
+    def set_priority(self, priority: np.ndarray) -> None:
+        """Priorities (lower first) and the levels the core queues by (0 = the lowest value)."""
+        self.priority = np.asarray(priority, dtype=np.int16)
+        self.level[:] = np.searchsorted(np.unique(self.priority), self.priority)
+
+    @property
+    def num_levels(self) -> int:
+        return int(self.level.max(initial=0)) + 1
+
+    def arrays(self) -> Requests:
+        return self.cols
+
+    def prefix_blocks(self, rid: int) -> np.ndarray:
+        off = self.prefix_offsets
+        return self.prefix_ids[off[rid]:off[rid + 1]]
 
     def __len__(self) -> int:
         return self.n
 
-    def remaining_prefill(self, ids: np.ndarray) -> np.ndarray:
-        return self.num_tokens[ids] - self.num_computed[ids]
+    def __getattr__(self, name: str):  # table.status, table.first_token, ...: the columns
+        cols = self.__dict__.get("cols")
+        if cols is not None and name in Requests._fields:
+            return getattr(cols, name)
+        raise AttributeError(name)

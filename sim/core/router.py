@@ -1,104 +1,176 @@
-"""Routers: which replica a new request goes to."""
+"""Routers: which replica a new request goes to (and, with disaggregation, which decode replica
+a prefilled one moves to), and which of a pipelined replica's virtual engines takes it.
+
+- round-robin: in turn.
+- least-outstanding: fewest requests queued, running or arriving (vLLM production-stack, JSQ).
+- least-kv: lowest share of KV blocks in active use, then fewest outstanding.
+- power-of-two: two replicas drawn at random, the one with fewer outstanding requests wins.
+- prefix-affinity: the replica that already holds the longest prefix of the request's prompt
+  (as far as the router has seen: what it routed there, forgotten least recently used first,
+  like SGLang's cache-aware router and llm-d's prefix scorer), unless that replica has more
+  than ``balance_abs`` outstanding requests beyond the least loaded one; a prompt with no
+  known prefix goes to the least loaded replica.
+Ties go to the lowest replica index.
+"""
 
 from __future__ import annotations
 
-from typing import Protocol
-
 import numpy as np
 
-
-class Routable(Protocol):
-    index: int
-
-    @property
-    def outstanding(self) -> int: ...
-
-    def kv_load(self) -> float: ...
-
-    def submit(self, rid: int) -> None: ...
-
-
-class Router:
-    name = "base"
-
-    def __init__(self, replicas: list[Routable], rng: np.random.Generator | None = None,
-                 table=None):
-        self.replicas = replicas
-        self.rng = rng or np.random.default_rng(0)
-        self.table = table
-
-    def pick(self, rid: int) -> Routable:
-        raise NotImplementedError
-
-    def _least(self, candidates, key) -> Routable:
-        return min(candidates, key=lambda r: (key(r), r.index))
-
-
-class RoundRobin(Router):
-    name = "round-robin"
-
-    def __init__(self, *args, **kw):
-        super().__init__(*args, **kw)
-        self._next = 0
-
-    def pick(self, rid: int) -> Routable:
-        r = self.replicas[self._next]
-        self._next = (self._next + 1) % len(self.replicas)
-        return r
+from sim.core import blocktable as bt
+from sim.core import queues
+from sim.core.admission import WAITING
+from sim.core.commit import queue_len
+from sim.core.jit import jit, leaf
+from sim.core.rng import ROUTER, bits
+from sim.core.state import (
+    G_SEED,
+    LEAST_KV,
+    LEAST_OUTSTANDING,
+    P_NUM_BLOCKS,
+    POWER_OF_TWO,
+    PREFIX_AFFINITY,
+    R_COUNT,
+    R_FIRST,
+    R_TURN,
+    RT_BALANCE,
+    RT_COUNT,
+    RT_FIRST,
+    RT_KIND,
+    RT_TURN,
+    S_FREE,
+    S_NRUN,
+    S_NTRANSFER,
+)
 
 
-class LeastOutstanding(Router):
-    """Fewest requests queued or running (vLLM production-stack / JSQ)."""
-
-    name = "least-outstanding"
-
-    def pick(self, rid: int) -> Routable:
-        return self._least(self.replicas, lambda r: r.outstanding)
+@leaf
+def engine_outstanding(c, e):
+    return queue_len(c, e) + c.es[e, S_NRUN] + c.es[e, S_NTRANSFER]
 
 
-class LeastKvLoad(Router):
-    """Lowest share of KV blocks in use, then fewest outstanding requests."""
-
-    name = "least-kv"
-
-    def pick(self, rid: int) -> Routable:
-        return self._least(self.replicas, lambda r: (r.kv_load(), r.outstanding))
-
-
-class PowerOfTwo(Router):
-    """Two replicas drawn at random; the one with fewer outstanding requests wins."""
-
-    name = "power-of-two"
-
-    def pick(self, rid: int) -> Routable:
-        if len(self.replicas) == 1:
-            return self.replicas[0]
-        a, b = self.rng.choice(len(self.replicas), 2, replace=False)
-        return self._least((self.replicas[a], self.replicas[b]), lambda r: r.outstanding)
+@jit
+def outstanding(c, r):
+    n = 0
+    first = c.rp[r, R_FIRST]
+    for e in range(first, first + c.rp[r, R_COUNT]):
+        n += engine_outstanding(c, e)
+    return n
 
 
-class PrefixAffinity(Router):
-    """Requests that share their first KV block go to the same replica (where that prefix is
-    cached); a prefix seen for the first time goes to the least loaded replica."""
-
-    name = "prefix-affinity"
-
-    def __init__(self, *args, **kw):
-        super().__init__(*args, **kw)
-        self._home: dict[int, Routable] = {}
-
-    def pick(self, rid: int) -> Routable:
-        key = self.table.first_prefix_block(rid) if self.table is not None else None
-        if key is None:
-            return self._least(self.replicas, lambda r: r.outstanding)
-        home = self._home.get(key)
-        if home is None:
-            home = self._home[key] = self._least(self.replicas, lambda r: r.outstanding)
-        return home
+@jit
+def kv_load(c, r):
+    """Share of KV blocks in active use (cached but unused ones are reclaimable), averaged over
+    the replica's engines."""
+    first = c.rp[r, R_FIRST]
+    k = c.rp[r, R_COUNT]
+    total = 0.0
+    for e in range(first, first + k):
+        used = c.ep[e, P_NUM_BLOCKS] - c.es[e, S_FREE] - c.cache.unused[e]
+        total += used / max(c.ep[e, P_NUM_BLOCKS], 1)
+    return total / k
 
 
-ROUTERS = {r.name: r for r in (RoundRobin, LeastOutstanding, LeastKvLoad, PowerOfTwo, PrefixAffinity)}
+@jit
+def _least_outstanding(c, first, count):
+    best, best_out = first, outstanding(c, first)
+    for r in range(first + 1, first + count):
+        out = outstanding(c, r)
+        if out < best_out:
+            best, best_out = r, out
+    return best
 
 
-def make_router(name: str, replicas: list[Routable], rng: np.random.Generator, table) -> Router:
-    return ROUTERS[name](replicas, rng, table)
+@jit
+def _prefix_match(c, r, rid):
+    lo, hi = c.req.prefix_offsets[rid], c.req.prefix_offsets[rid + 1]
+    return bt.leading_hits(c.rtable, r, c.req.prefix_ids, lo, hi)
+
+
+@jit
+def _remember_prefix(c, r, rid):
+    """The router now expects replica r to hold the request's prefix blocks."""
+    t = c.rtable
+    for i in range(c.req.prefix_offsets[rid], c.req.prefix_offsets[rid + 1]):
+        key = c.req.prefix_ids[i]
+        node = bt.find(t, r, key)
+        if node >= 0:
+            bt.touch(t, r, node)
+            continue
+        if t.size[r] == bt.capacity(t, r):
+            bt.evict_oldest(t, r)
+        bt.add(t, r, key, 0)
+
+
+@jit
+def route(c, k, rid):
+    """The replica router ``k`` (FRONT or BACK) sends ``rid`` to."""
+    first, count = c.rt[k, RT_FIRST], c.rt[k, RT_COUNT]
+    kind = c.rt[k, RT_KIND]
+    if count == 1:
+        r = first
+    elif kind == LEAST_OUTSTANDING:
+        r = _least_outstanding(c, first, count)
+    elif kind == LEAST_KV:
+        r, best_load, best_out = first, kv_load(c, first), outstanding(c, first)
+        for x in range(first + 1, first + count):
+            load, out = kv_load(c, x), outstanding(c, x)
+            if load < best_load or (load == best_load and out < best_out):
+                r, best_load, best_out = x, load, out
+    elif kind == POWER_OF_TWO:
+        h = bits(c.g[G_SEED], ROUTER, rid, k)
+        a = np.int64(h % np.uint64(count))
+        b = (a + 1 + np.int64((h >> np.uint64(32)) % np.uint64(count - 1))) % count
+        lo, hi = min(a, b), max(a, b)
+        r = first + lo if outstanding(c, first + lo) <= outstanding(c, first + hi) else first + hi
+    elif kind == PREFIX_AFFINITY:
+        least = _least_outstanding(c, first, count)
+        bound = outstanding(c, least) + c.rt[k, RT_BALANCE]
+        r, best = least, 0
+        for x in range(first, first + count):
+            if outstanding(c, x) > bound:
+                continue
+            m = _prefix_match(c, x, rid)
+            if m > best or (m == best and m > 0 and outstanding(c, x) < outstanding(c, r)):
+                r, best = x, m
+        _remember_prefix(c, r, rid)
+    else:  # round-robin
+        r = first + c.rt[k, RT_TURN]
+        c.rt[k, RT_TURN] = (c.rt[k, RT_TURN] + 1) % count
+    return r
+
+
+@jit
+def submit(c, r, rid, now):
+    """``rid`` arrives at replica ``r`` at ``now`` and waits at one of its engines (a
+    pipelined replica's virtual engines take turns). Returns that engine."""
+    first, count = c.rp[r, R_FIRST], c.rp[r, R_COUNT]
+    e = first
+    if count > 1:
+        e = first + c.rp[r, R_TURN]
+        c.rp[r, R_TURN] = (c.rp[r, R_TURN] + 1) % count
+    req = c.req
+    req.arrival[rid] = now
+    req.replica[rid] = r
+    req.engine[rid] = e
+    req.status[rid] = WAITING
+    queues.push_back(c, e, req.level[rid], rid)
+    return e
+
+
+@jit
+def receive(c, r, rid):
+    """A request prefilled elsewhere waits at decode replica ``r`` (at its least loaded engine)
+    for room to receive its KV cache. Returns that engine."""
+    first, count = c.rp[r, R_FIRST], c.rp[r, R_COUNT]
+    e, best = first, engine_outstanding(c, first)
+    for x in range(first + 1, first + count):
+        out = engine_outstanding(c, x)
+        if out < best:
+            e, best = x, out
+    req = c.req
+    req.source[rid] = req.engine[rid]
+    req.replica[rid] = r
+    req.engine[rid] = e
+    queues.push_back(c, e, queues.remote_q(c), rid)
+    return e

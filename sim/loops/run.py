@@ -1,4 +1,9 @@
-"""Run a scenario: build its traffic and cluster, run the SimPy environment, collect metrics."""
+"""Run a scenario: build its traffic and its cluster's core, run a loop, collect the results.
+
+``simulation.loop`` picks the loop: ``auto`` and ``compiled`` take the compiled loop (every
+scenario runs there), ``simpy`` the reference SimPy loop. Custom executors (a real engine, a
+rescaled cost model) and real time need the SimPy loop. Both give identical results.
+"""
 
 from __future__ import annotations
 
@@ -6,16 +11,19 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import numpy as np
 import pandas as pd
 import simpy
 
+from sim.core.jit import HAVE_NUMBA
+from sim.core.plan import Executor
 from sim.core.requests import RequestTable
+from sim.core.state import P_NUM_BLOCKS, build_core
 from sim.errors import ScenarioError
-from sim.loops.cluster import Cluster
-from sim.loops.executor import Executor
 from sim.pricing import CostModelExecutor, make_cost_model
-from sim.results.metrics import requests_frame, summarize
+from sim.pricing.costs import add_counts, encode, extrapolation_warnings
+from sim.pricing.profiled import COUNTERS
+from sim.results.metrics import check_request_times, requests_frame, summarize
+from sim.results.steplog import StepLog
 from sim.scenario.schema import Scenario
 from sim.traffic import build_workload
 
@@ -29,8 +37,18 @@ class RunResult:
     warnings: list[str] = field(default_factory=list)
     wall_s: float = 0.0
     mode: str = "simulate"
-    events: int = 0  # step (or fast-forwarded run) events the replicas waited on
+    events: int = 0  # steps the engines ran
     loop: str = "simpy"  # which loop ran it: simpy or compiled
+    itl: dict | None = None  # inter-token gaps: histogram per class (see results.metrics)
+
+
+def engine_costs(scenario: Scenario) -> list:
+    """Each engine's cost model (a pipelined replica's virtual engines share the replica's)."""
+    costs = []
+    for spec in scenario.replica_specs:
+        cost = make_cost_model(scenario, spec)
+        costs += [cost] * spec.hardware.pp
+    return costs
 
 
 def simulate(scenario: Scenario, *, env: simpy.Environment | None = None,
@@ -38,62 +56,70 @@ def simulate(scenario: Scenario, *, env: simpy.Environment | None = None,
              progress: Callable[[int], None] | None = None, mode: str = "simulate",
              clock: Callable[[], float] | None = None, workload=None) -> RunResult:
     """Simulate ``scenario`` (or, given a real-time env, engine executors and its wall
-    ``clock``, execute it)."""
+    ``clock``, execute it). ``executor_factory(e)`` gives engine e's executor."""
     wall = time.perf_counter()
     workload = workload if workload is not None else build_workload(scenario)
     table = RequestTable.from_workload(workload)
+    core = build_core(scenario, table)
+    log = StepLog()
+    closed = workload.closed_loop
     if env is None and executor_factory is None and clock is None and _compiled_loop(scenario):
-        from sim.loops.compiled import run_compiled
+        from sim.loops.compiled import K_STEPS, run_compiled
 
-        steps, n, costs = run_compiled(scenario, table, progress)
-        result = collect(scenario, table, workload, steps, time.perf_counter() - wall, mode, costs)
-        result.events, result.loop = n, "compiled"
+        costs = engine_costs(scenario)
+        loop = run_compiled(core, encode(costs), closed, log.take, progress)
+        counts = {name: int(n) for name, n in zip(COUNTERS, loop.extrap.sum(axis=0), strict=True) if n}
+        result = collect(scenario, table, workload, log.frame(core), core, time.perf_counter() - wall, mode, counts)
+        result.events, result.loop = int(loop.k[K_STEPS]), "compiled"
         return result
+    from sim.loops.simpy_loop import SimpyCluster
+
     if executor_factory is None:
-        costs = [make_cost_model(scenario, spec) for spec in scenario.replica_specs]
-        executor_factory = lambda i: CostModelExecutor(costs[i])  # noqa: E731
+        executors = [CostModelExecutor(cost) for cost in engine_costs(scenario)]
+    else:
+        executors = [executor_factory(e) for e in range(core.es.shape[0])]
     env = env or simpy.Environment()
-    cluster = Cluster(env, scenario, table, executor_factory)
-    cluster.on_arrival = progress
-    for replica in cluster.replicas:
-        replica.clock = clock
+    cluster = SimpyCluster(env, core, table, executors, closed=closed, clock=clock, on_log_full=log.take,
+                           on_arrival=progress)
     env.run()
-    executors = [getattr(r, "executor", None) or r.engines[0].executor for r in cluster.replicas]
-    result = collect(scenario, table, workload, cluster.log.frame(), time.perf_counter() - wall, mode,
-                     [getattr(e, "cost", None) for e in executors])
-    result.events = sum(e.events for r in cluster.replicas for e in getattr(r, "engines", [r]))
+    counts: dict[str, int] = {}
+    for ex in {id(x): x for x in executors}.values():
+        add_counts(counts, getattr(ex, "extrapolated", {}))
+    result = collect(scenario, table, workload, log.frame(core), core, time.perf_counter() - wall, mode, counts)
+    result.events = cluster.steps
     return result
 
 
 def _compiled_loop(scenario: Scenario) -> bool:
-    """Whether ``simulation.loop`` (and what the scenario needs) sends it to the compiled loop."""
+    """Whether ``simulation.loop`` sends it to the compiled loop."""
     loop = scenario.simulation.loop
     if loop == "simpy":
         return False
-    from sim.loops.compiled import unsupported
+    if not HAVE_NUMBA:
+        if loop == "compiled":
+            raise ScenarioError(f"scenario {scenario.name!r}", "simulation.loop",
+                                "the compiled loop needs numba (pip install numba); use loop: auto or simpy")
+        return False
+    return True
 
-    why = unsupported(scenario)
-    if why is not None and loop == "compiled":
-        raise ScenarioError(f"scenario {scenario.name!r}", "simulation.loop",
-                            f"the compiled loop cannot run it: {why}; use loop: auto or simpy")
-    return why is None
 
-
-def collect(scenario: Scenario, table: RequestTable, workload, steps: pd.DataFrame, wall_s: float,
-            mode: str, costs=()) -> RunResult:
-    """Metrics, summary and warnings of a finished run; ``costs`` are the replicas' cost
-    models (those that extrapolated beyond a profile say so)."""
-    costs = list({id(c): c for c in costs if c is not None}.values())
+def collect(scenario: Scenario, table: RequestTable, workload, steps: pd.DataFrame, core, wall_s: float,
+            mode: str, extrapolated: dict[str, int] | None = None) -> RunResult:
+    """Metrics, summary and warnings of a finished run; ``extrapolated``: steps a profile
+    priced beyond its measured range, per counter."""
+    check_request_times(table)
     requests = requests_frame(table, scenario.slo, workload)
-    capacity = np.array([r.memory.num_blocks for r in scenario.replica_specs], dtype=float)
-    steps["kv_utilization"] = steps["kv_blocks_used"] / capacity[steps["replica"].to_numpy()]
-    summary = summarize(requests, steps, num_gpus=scenario.num_gpus)
+    capacity = core.ep[:, P_NUM_BLOCKS].astype(float)
+    steps["kv_utilization"] = steps["kv_blocks_used"] / capacity[steps["engine"].to_numpy()]
+    itl = {"hist": core.itl_hist.copy(), "sum": core.itl_sum.copy(), "classes": table.class_names}
+    summary = summarize(requests, steps, num_gpus=scenario.num_gpus, itl=itl)
     warnings = list(getattr(workload, "notes", ()))
-    warnings += [w for c in costs for w in getattr(c, "warnings", lambda: [])()] if costs else []
+    warnings += extrapolation_warnings(extrapolated or {})
     rejected = requests[requests["status"] == "rejected"]
     if len(rejected):
         reasons = rejected["reject_reason"].value_counts()
         warnings += [f"{n} request(s) rejected: {r}" for r, n in reasons.items()]
     if summary["unfinished"]:
         warnings.append(f"{summary['unfinished']} request(s) never finished")
-    return RunResult(scenario, requests, steps, summary, warnings, wall_s, mode)
+    return RunResult(scenario, requests, steps, summary, warnings, wall_s, mode, itl=itl)
+

@@ -1,21 +1,34 @@
-"""Cost models: from a step's shape to its duration."""
+"""Pricing: from a step's shape to its duration.
+
+``roofline`` (any model on any GPU, from specs) and ``profiled`` (a calibration profile
+measured on a real engine) are parameter rows for one compiled function, ``costs.price``,
+which every loop calls. ``make_cost_model`` builds a replica's model from its scenario;
+``CostModelExecutor`` is the simulator's step executor.
+"""
 
 from __future__ import annotations
 
-from sim.core.plan import BatchPlan
-from sim.core.requests import RequestTable
-from sim.loops.executor import StepResult
+from sim.core.plan import BatchPlan, StepResult
+from sim.pricing.costs import Pricer, add_counts, counts_of
 from sim.pricing.roofline import RooflineCost, roofline_for
 
 
 class CostModelExecutor:
-    """The simulator's executor: a step takes what the cost model predicts."""
+    """The simulator's executor: a step takes what the cost model predicts. It counts the steps
+    a profile priced beyond its measured range (``extrapolated``), for the run's warnings."""
 
-    def __init__(self, cost):
+    def __init__(self, cost, scale: float = 1.0):
         self.cost = cost
+        self.pricer = Pricer(cost, scale) if hasattr(cost, "params") or hasattr(cost, "profile") else None
+        self.extrapolated: dict[str, int] = {}
 
-    def run(self, plan: BatchPlan, table: RequestTable) -> StepResult:
-        return StepResult(float(self.cost.step_time(plan.shape())))
+    def run(self, plan: BatchPlan, table) -> StepResult:
+        if self.pricer is None:  # any object with step_time(StepShape)
+            return StepResult(float(self.cost.step_time(plan.shape())))
+        seconds, flags = self.pricer.price(plan.shape_vector()[None, :])
+        if flags[0]:
+            add_counts(self.extrapolated, counts_of(flags))
+        return StepResult(float(seconds[0]))
 
 
 def make_cost_model(scenario, replica=None):

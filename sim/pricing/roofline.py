@@ -1,23 +1,200 @@
-"""Roofline cost model: each operation takes max(compute time, memory time).
+"""The roofline cost model: each operation of a step takes max(compute time, memory time).
 
-Works for any model and GPU in the catalogs with no profiling. Every formula is vectorised:
-the fields of a StepShape may be arrays, pricing many steps in one call. The time is that of
-one batch through the whole model; a pipelined replica splits it over its stages.
+Works for any model and GPU in the catalogs with no profiling. The model is a parameter row
+(``roofline_params``: per-token coefficients worked out once from the specs) and one compiled
+function of a step's shape (``roofline_ops``), which every loop and every Python caller use.
+The time is that of one batch through the whole model; a pipelined replica splits it over
+its stages.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from sim.core.plan import StepShape
+from sim.core.jit import entry, jit, leaf
+from sim.core.plan import (
+    DECODE_CONTEXT,
+    DECODE_SEQS,
+    NUM_SAMPLED,
+    NUM_SEQS,
+    NUM_TOKENS,
+    PREFILL_ATTN,
+    PREFILL_TOKENS,
+    SHAPE_SIZE,
+    SWAP_TOKENS,
+    VERIFY_TOKENS,
+    StepShape,
+)
 from sim.scenario.specs import GpuSpec, ModelSpec
 from sim.scenario.specs.models import DTYPE_BYTES
 
 COLLECTIVE_LATENCY_S = 8e-6  # per collective, NCCL small-message floor
 
+# The parameter row (float64).
+(OVERHEAD, QKV_F, QKV_B0, QKV_B1, O_F, O_B0, O_B1, MLP_F, MLP_B0, MLP_B1, PRE_F, PRE_B, DEC_F, DEC_B, REST,
+ LM_F, LM_B, TP, LAYERS, HIDDEN, ABYTES, LINK, COLL_LATENCY, IS_MOE, EXPERTS, TOPK, EXPERT_PARAMS, WBYTES,
+ FLOPS, BANDWIDTH, EXPERT_PARALLEL, KV_TOKEN_GPU, HOST_BW) = range(33)
+NUM_PARAMS = 33
+
+# Operations, in the order a step's time adds them up (decode attention last).
+(OP_QKV, OP_O, OP_MLP, OP_MOE_MLP, OP_MOE_ROUTER, OP_ATTN_PREFILL, OP_NORMS, OP_LM_HEAD, OP_ALLREDUCE,
+ OP_ALL_TO_ALL, OP_SWAP, OP_DRAFT, OP_ATTN_DECODE) = range(13)
+NUM_OPS = 13
+OP_NAMES = ("qkv_proj", "o_proj", "mlp", "moe_mlp", "moe_router", "attn_prefill", "norms_and_rest", "lm_head",
+            "allreduce", "all_to_all", "swap", "draft", "attn_decode")
+
+
+def roofline_params(model: ModelSpec, gpu: GpuSpec, *, tp: int = 1, pp: int = 1, compute_efficiency: float = 0.6,
+                    memory_efficiency: float = 0.8, step_overhead_s: float = 0.002,
+                    weight_dtype: str | None = None, kv_dtype: str | None = None,
+                    expert_parallel: bool = False) -> np.ndarray:
+    """Per-token coefficients of one replica: an op of size x costs max(f·x, b0 + b1·x)."""
+    p = np.zeros(NUM_PARAMS)
+    flops = gpu.peak_flops(weight_dtype or model.dtype) * compute_efficiency
+    bw = gpu.hbm_bandwidth * memory_efficiency
+    wbytes = DTYPE_BYTES[weight_dtype or model.dtype]
+    abytes = DTYPE_BYTES[model.dtype]
+    kv_token_layer = 2 * model.kv_size * DTYPE_BYTES[kv_dtype or model.dtype] / min(tp, model.num_kv_heads)
+    L, h, m = model.num_layers, model.hidden_size, model
+    act_b = 2 * h * abytes / bw  # read + write the hidden state, per token
+
+    def linear(params):
+        return L * 2 * params / tp / flops, L * params * wbytes / tp / bw, L * act_b
+
+    p[OVERHEAD] = step_overhead_s
+    p[QKV_F:QKV_B1 + 1] = linear(h * (m.q_size + 2 * m.kv_size))
+    p[O_F:O_B1 + 1] = linear(m.q_size * h)
+    if not m.is_moe:
+        p[MLP_F:MLP_B1 + 1] = linear(3 * h * m.intermediate_size)
+    q = m.q_size / tp
+    p[PRE_F], p[PRE_B] = L * 4 * q / flops, L * (kv_token_layer + 2 * q * abytes) / bw
+    p[DEC_F], p[DEC_B] = L * 4 * q / flops, L * kv_token_layer / bw
+    p[REST] = L * 4 * act_b  # norms, rope, residual adds, KV writes: memory-bound
+    p[LM_F], p[LM_B] = 2 * h * m.vocab_size / tp / flops, m.vocab_size * h * wbytes / tp / bw
+    p[TP], p[LAYERS], p[HIDDEN], p[ABYTES] = tp, L, h, abytes
+    p[LINK], p[COLL_LATENCY] = gpu.interconnect_bandwidth, COLLECTIVE_LATENCY_S
+    p[IS_MOE] = float(m.is_moe)
+    p[EXPERTS], p[TOPK], p[EXPERT_PARAMS] = m.num_experts, m.experts_per_token, 3 * h * m.intermediate_size
+    p[WBYTES], p[FLOPS], p[BANDWIDTH] = wbytes, flops, bw
+    p[EXPERT_PARALLEL] = float(expert_parallel and m.is_moe)
+    p[KV_TOKEN_GPU] = kv_token_layer * L / pp
+    p[HOST_BW] = gpu.host_bandwidth
+    return p
+
+
+@leaf
+def _max(a, b):
+    return a if a >= b else b
+
+
+@leaf
+def _collective(p, nbytes, factor):
+    return factor * nbytes / p[LINK] + p[COLL_LATENCY]
+
+
+@jit
+def roofline_ops(p, draft, s, out):
+    """Seconds per operation of the step of shape ``s`` (all layers), into ``out[NUM_OPS]``.
+    ``draft``: the speculative draft model's parameter row (all zeros: none)."""
+    _model_ops(p, s, out)
+    if s[VERIFY_TOKENS] != 0.0 and draft[FLOPS] != 0.0:
+        out[OP_DRAFT] = _draft_time(draft, s)
+
+
+@jit
+def _model_ops(p, s, out):
+    """Every operation but the draft model's."""
+    out[:] = 0.0
+    tokens = s[NUM_TOKENS]
+    out[OP_QKV] = _max(p[QKV_F] * tokens, p[QKV_B0] + p[QKV_B1] * tokens)
+    out[OP_O] = _max(p[O_F] * tokens, p[O_B0] + p[O_B1] * tokens)
+    out[OP_MLP] = _max(p[MLP_F] * tokens, p[MLP_B0] + p[MLP_B1] * tokens)
+    L, tp = p[LAYERS], p[TP]
+    if p[IS_MOE] != 0.0:
+        h, k, e, expert = p[HIDDEN], p[TOPK], p[EXPERTS], p[EXPERT_PARAMS]
+        act = tokens * h * p[ABYTES]
+        touched = e * (1.0 - (1.0 - k / e) ** _max(tokens, 1.0))  # distinct experts read
+        out[OP_MOE_MLP] = L * _max(2.0 * tokens * k * expert / tp / p[FLOPS],
+                                   (touched * expert * p[WBYTES] / tp + 2.0 * act * k) / p[BANDWIDTH])
+        out[OP_MOE_ROUTER] = L * _max(2.0 * tokens * h * e / p[FLOPS], h * e * p[WBYTES] / p[BANDWIDTH])
+    out[OP_ATTN_PREFILL] = _max(p[PRE_F] * s[PREFILL_ATTN], p[PRE_B] * s[PREFILL_TOKENS])
+    verify = s[VERIFY_TOKENS]
+    f = p[DEC_F]
+    if verify != 0.0:  # speculative decodes attend with 1 + k queries each
+        f = f * (1.0 + verify / _max(s[DECODE_SEQS], 1.0))
+    out[OP_ATTN_DECODE] = _max(f * s[DECODE_CONTEXT], p[DEC_B] * s[DECODE_CONTEXT])
+    out[OP_NORMS] = p[REST] * tokens
+    rows = s[NUM_SAMPLED] + verify
+    out[OP_LM_HEAD] = _max(p[LM_F] * rows, p[LM_B] * (1.0 if rows > 0.0 else 0.0))  # weights read if any sample
+    if tp > 1.0:
+        act = tokens * p[HIDDEN] * p[ABYTES]
+        if p[EXPERT_PARALLEL] != 0.0:  # attention all-reduce, then dispatch + combine all-to-all
+            out[OP_ALLREDUCE] = L * _collective(p, act, 2.0 * (tp - 1.0) / tp)
+            out[OP_ALL_TO_ALL] = 2.0 * L * _collective(p, act * p[TOPK], (tp - 1.0) / tp)
+        else:
+            out[OP_ALLREDUCE] = 2.0 * L * _collective(p, act, 2.0 * (tp - 1.0) / tp)
+    if s[SWAP_TOKENS] != 0.0:
+        out[OP_SWAP] = s[SWAP_TOKENS] * p[KV_TOKEN_GPU] / p[HOST_BW]
+
+
+@jit
+def roofline_time(p, draft, s):
+    """A step's seconds: the per-step overhead plus every operation."""
+    ops = np.empty(NUM_OPS)
+    roofline_ops(p, draft, s, ops)
+    return _total(p, ops)
+
+
+@leaf
+def _total(p, ops):
+    total = p[OVERHEAD]
+    for i in range(NUM_OPS):
+        total = total + ops[i]
+    return total
+
+
+@jit
+def _model_time(p, s):
+    ops = np.empty(NUM_OPS)
+    _model_ops(p, s, ops)
+    return _total(p, ops)
+
+
+@jit
+def _draft_time(d, s):
+    """The draft proposes k tokens one decode step at a time, after reading the prompts."""
+    seqs = _max(s[DECODE_SEQS], 1.0)
+    k = s[VERIFY_TOKENS] / seqs
+    shape = np.zeros(SHAPE_SIZE)
+    shape[NUM_TOKENS] = seqs
+    shape[NUM_SEQS] = seqs
+    shape[DECODE_SEQS] = seqs
+    shape[DECODE_CONTEXT] = s[DECODE_CONTEXT]
+    shape[NUM_SAMPLED] = seqs
+    t = k * (_model_time(d, shape) - d[OVERHEAD])
+    if s[PREFILL_TOKENS] > 0.0:
+        shape[:] = 0.0
+        shape[NUM_TOKENS] = s[PREFILL_TOKENS]
+        shape[PREFILL_TOKENS] = s[PREFILL_TOKENS]
+        shape[PREFILL_ATTN] = s[PREFILL_ATTN]
+        t = t + _model_time(d, shape) - d[OVERHEAD]
+    return t
+
+
+@entry
+def _times(p, draft, shapes, out):
+    for i in range(shapes.shape[0]):
+        out[i] = roofline_time(p, draft, shapes[i])
+
+
+@entry
+def _ops_of(p, draft, shapes, out):
+    for i in range(shapes.shape[0]):
+        roofline_ops(p, draft, shapes[i], out[i])
+
 
 class RooflineCost:
-    """Step time of one replica from the shapes of its batch."""
+    """The roofline of one replica, for Python callers (tests, calibration, reports)."""
 
     def __init__(self, model: ModelSpec, gpu: GpuSpec, *, tp: int = 1, pp: int = 1,
                  compute_efficiency: float = 0.6, memory_efficiency: float = 0.8,
@@ -25,151 +202,27 @@ class RooflineCost:
                  kv_dtype: str | None = None, expert_parallel: bool = False,
                  draft: RooflineCost | None = None):
         self.model, self.gpu, self.tp, self.pp = model, gpu, tp, pp
-        self.flops = gpu.peak_flops(weight_dtype or model.dtype) * compute_efficiency
-        self.bandwidth = gpu.hbm_bandwidth * memory_efficiency
-        self.link = gpu.interconnect_bandwidth
+        self.params = roofline_params(model, gpu, tp=tp, pp=pp, compute_efficiency=compute_efficiency,
+                                      memory_efficiency=memory_efficiency, step_overhead_s=step_overhead_s,
+                                      weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+                                      expert_parallel=expert_parallel)
+        self.draft = draft
+        self.draft_params = draft.params if draft is not None else np.zeros(NUM_PARAMS)
         self.overhead = step_overhead_s
-        self.wbytes = DTYPE_BYTES[weight_dtype or model.dtype]
-        self.abytes = DTYPE_BYTES[model.dtype]  # activations
-        kv_shards = min(tp, model.num_kv_heads)
-        self.kv_token_layer = 2 * model.kv_size * DTYPE_BYTES[kv_dtype or model.dtype] / kv_shards
-        self.kv_token_gpu = self.kv_token_layer * model.num_layers / pp
-        self.expert_parallel = expert_parallel and model.is_moe
-        self.draft = draft  # speculative decoding's draft model (same GPU)
-        self._decode_rest_cache: dict[int, float] = {}  # decode_steps' cache: batch size -> seconds
-        self._decode_rest_table = np.full(1, np.nan)  # the same, as an array indexed by size
-
-        # Per-token coefficients (seconds), so that pricing a step is a handful of mults:
-        # an op costs max(compute, memory) = max(f·x, b0 + b1·x) for its size x.
-        L, h, m = model.num_layers, model.hidden_size, model
-        act_b = 2 * h * self.abytes / self.bandwidth  # read + write the hidden state, per token
-
-        def linear(params):
-            return (L * 2 * params / tp / self.flops, L * params * self.wbytes / tp / self.bandwidth, L * act_b)
-
-        self._linear = {"qkv_proj": linear(h * (m.q_size + 2 * m.kv_size)), "o_proj": linear(m.q_size * h)}
-        if not m.is_moe:
-            self._linear["mlp"] = linear(3 * h * m.intermediate_size)
-        q = m.q_size / tp
-        self._prefill = (L * 4 * q / self.flops,
-                         L * (self.kv_token_layer + 2 * q * self.abytes) / self.bandwidth)
-        self._decode = (L * 4 * q / self.flops, L * self.kv_token_layer / self.bandwidth)
-        self._rest = L * 4 * act_b  # norms, rope, residual adds, KV writes: memory-bound
-        self._lm_head = (2 * h * m.vocab_size / tp / self.flops,
-                         m.vocab_size * h * self.wbytes / tp / self.bandwidth)
-
-    def _op(self, flops, nbytes):
-        return _max(flops / self.flops, nbytes / self.bandwidth)
-
-    def _collective(self, nbytes, kind: str = "allreduce"):
-        tp = self.tp
-        factor = 2 * (tp - 1) / tp if kind == "allreduce" else (tp - 1) / tp
-        return factor * nbytes / self.link + COLLECTIVE_LATENCY_S
-
-    def op_times(self, s: StepShape) -> dict[str, np.ndarray | float]:
-        """Seconds per operation for the whole step (all layers). Works on floats (one step)
-        and arrays (many) with the very same arithmetic, so both give identical results."""
-        m, tp, L = self.model, self.tp, self.model.num_layers
-        tokens = s.num_tokens
-        times: dict[str, np.ndarray | float] = {
-            name: _max(f * tokens, b0 + b1 * tokens) for name, (f, b0, b1) in self._linear.items()}
-        if m.is_moe:
-            h, k, e = m.hidden_size, m.experts_per_token, m.num_experts
-            tok = np.asarray(tokens, dtype=float)
-            act = tok * h * self.abytes
-            expert = 3 * h * m.intermediate_size
-            touched = e * (1 - (1 - k / e) ** np.maximum(tok, 1))  # distinct experts read
-            times["moe_mlp"] = L * self._op(2 * tok * k * expert / tp,
-                                            touched * expert * self.wbytes / tp + 2 * act * k)
-            times["moe_router"] = L * self._op(2 * tok * h * e, h * e * self.wbytes)
-        f, b = self._prefill
-        times["attn_prefill"] = _max(f * s.prefill_attn, b * s.prefill_tokens)
-        f, b = self._decode
-        verify = s.verify_tokens
-        if not _is_zero(verify):  # speculative decodes attend with 1 + k queries each
-            f = f * (1 + verify / np.maximum(s.decode_seqs, 1))
-        times["attn_decode"] = _max(f * s.decode_context, b * s.decode_context)
-        times["norms_and_rest"] = self._rest * tokens
-        f, b = self._lm_head
-        rows = s.num_sampled if _is_zero(verify) else s.num_sampled + verify
-        times["lm_head"] = _max(f * rows, b * (rows > 0))  # weights are read if anyone samples
-        if tp > 1:
-            act = tokens * m.hidden_size * self.abytes
-            if self.expert_parallel:  # attention all-reduce, then dispatch + combine all-to-all
-                times["allreduce"] = L * self._collective(act)
-                times["all_to_all"] = 2 * L * self._collective(act * m.experts_per_token, "all_to_all")
-            else:
-                times["allreduce"] = 2 * L * self._collective(act)
-        if not _is_zero(s.swap_tokens):
-            times["swap"] = s.swap_tokens * self.kv_token_gpu / self.gpu.host_bandwidth
-        if self.draft is not None and not _is_zero(verify):
-            times["draft"] = self._draft_time(s)
-        return times
-
-    def _draft_time(self, s: StepShape):
-        """The draft proposes k tokens one decode step at a time, after reading the prompts."""
-        seqs = np.maximum(np.asarray(s.decode_seqs), 1)
-        k = np.asarray(s.verify_tokens) / seqs
-        decode = StepShape(num_tokens=seqs, num_seqs=seqs, prefill_tokens=0.0, prefill_attn=0.0,
-                           decode_seqs=seqs, decode_context=s.decode_context, num_sampled=seqs)
-        prefill = StepShape(num_tokens=s.prefill_tokens, num_seqs=0.0, prefill_tokens=s.prefill_tokens,
-                            prefill_attn=s.prefill_attn, decode_seqs=0.0, decode_context=0.0,
-                            num_sampled=0.0)
-        d = self.draft
-        return k * (d.step_time(decode) - d.overhead) + np.where(
-            np.asarray(s.prefill_tokens) > 0, d.step_time(prefill) - d.overhead, 0.0)
 
     def step_time(self, s: StepShape) -> np.ndarray | float:
-        # sim/compiled/kernel.py's step_time adds the same terms in the same order.
-        ops = self.op_times(s)
-        attn_decode = ops.pop("attn_decode")
-        total = self.overhead
-        for t in ops.values():
-            total = total + t
-        total = total + attn_decode  # last, so a decode run can price it alone (decode_steps)
-        return total if isinstance(total, np.ndarray) else float(total)
+        shapes = s.vectors()
+        out = np.empty(len(shapes))
+        _times(self.params, self.draft_params, shapes, out)
+        return float(out[0]) if s.is_scalar else out
 
-    def decode_steps(self, seqs: np.ndarray, context: np.ndarray) -> np.ndarray:
-        """Durations of pure-decode steps of ``seqs[j]`` sequences reading ``context[j]``
-        tokens of KV: everything but decode attention depends on the batch size alone and is
-        priced once per size. Bit-identical to ``step_time`` of each step."""
-        if seqs[0] == seqs[-1]:
-            rest = self._decode_rest(int(seqs[0]))
-        else:
-            table = self._decode_rest_table
-            if seqs[0] >= len(table) or np.isnan(table[seqs[-1]]) or np.isnan(table[seqs]).any():
-                for n in set(seqs.tolist()):
-                    self._decode_rest(n)
-                table = self._decode_rest_table
-            rest = table[seqs]
-        c = np.asarray(context, dtype=np.float64)
-        f, b = self._decode
-        return rest + np.maximum(c * f, c * b)
-
-    def _decode_rest(self, n: int) -> float:
-        rest = self._decode_rest_cache.get(n)
-        if rest is None:
-            ops = self.op_times(StepShape(float(n), float(n), 0.0, 0.0, float(n), 0.0, float(n)))
-            del ops["attn_decode"]
-            rest = self.overhead
-            for t in ops.values():
-                rest = rest + t
-            rest = self._decode_rest_cache[n] = float(rest)
-            table = self._decode_rest_table
-            if n >= len(table):
-                table = self._decode_rest_table = np.concatenate([table, np.full(n + 1 - len(table), np.nan)])
-            table[n] = rest
-        return rest
-
-
-def _max(a, b):
-    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        return np.maximum(a, b)
-    return a if a >= b else b
-
-
-def _is_zero(x) -> bool:
-    return not np.any(x) if isinstance(x, np.ndarray) else x == 0
+    def op_times(self, s: StepShape) -> dict[str, np.ndarray | float]:
+        """Seconds per operation (those the step has)."""
+        shapes = s.vectors()
+        out = np.empty((len(shapes), NUM_OPS))
+        _ops_of(self.params, self.draft_params, shapes, out)
+        return {name: (float(out[0, i]) if s.is_scalar else out[:, i]) for i, name in enumerate(OP_NAMES)
+                if out[:, i].any()}
 
 
 def roofline_for(scenario, replica=None) -> RooflineCost:

@@ -1,4 +1,8 @@
-"""Writing a run's results: requests and steps tables, summary.json, report.html."""
+"""Writing a run's results: requests and steps tables, summary.json, report.html.
+
+All four are written under temporary names and renamed into place together (``atomic``), so a
+folder holds one run's files only; tables of the other format left by an earlier run go.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,21 @@ import json
 import math
 from pathlib import Path
 
+from sim.results.atomic import Staging, check_out_dir
 from sim.results.report import write_report
+
+FORMATS = ("parquet", "csv")
+TABLES = ("requests", "steps")
+
+
+def result_names(fmt: str) -> list[str]:
+    """The files a run writes in ``fmt``."""
+    return [f"{t}.{fmt}" for t in TABLES] + ["summary.json", "report.html"]
+
+
+def check_results_dir(out: str | Path, fmt: str = "parquet", field: str = "--out") -> Path:
+    """Before simulating: can the run's results be written to ``out``?"""
+    return check_out_dir(out, field, result_names(fmt))
 
 
 def _clean(v):
@@ -18,28 +36,60 @@ def _clean(v):
     return v
 
 
-def write_results(result, out_dir: str | Path, fmt: str = "parquet") -> dict[str, Path]:
-    """Write everything a run produced into ``out_dir``; returns the paths written."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {}
-    for name, frame in (("requests", result.requests), ("steps", result.steps)):
-        path = out / f"{name}.{fmt}"
-        if fmt == "parquet":
-            frame.to_parquet(path, index=False)
-        else:
-            frame.to_csv(path, index=False)
-        paths[name] = path
-    summary = {
+def applied_config(scenario) -> dict:
+    """The scenario as it ran: fields that a trace or ``classes`` made moot (the default
+    arrival process and lengths, the default ``num_requests``) are left out."""
+    data = scenario.model_dump(mode="json", exclude={"base_dir", "source"})
+    w, wd = scenario.workload, data["workload"]
+    streams = [(w, wd)] if w.classes is None else list(zip(w.classes, wd["classes"], strict=True))
+    for spec, d in streams:
+        if spec.trace is not None:
+            for key in ("arrival", "prompt_len", "output_len"):
+                d.pop(key, None)
+        if spec.trace is not None and "num_requests" not in spec.model_fields_set:
+            d.pop("num_requests", None)
+    if w.classes is not None:
+        for key in ("arrival", "prompt_len", "output_len"):
+            wd.pop(key, None)
+        if "num_requests" not in w.model_fields_set:
+            wd.pop("num_requests", None)
+    return data
+
+
+def summary_document(result, workload=None) -> dict:
+    """What summary.json holds."""
+    doc = {
         "scenario": result.scenario.name,
         "mode": result.mode,
         "loop": result.loop,  # which simulation loop ran it (identical results either way)
         "wall_s": result.wall_s,
         "summary": _clean(result.summary),
         "warnings": result.warnings,
-        "config": result.scenario.model_dump(mode="json", exclude={"base_dir"}),
+        "config": applied_config(result.scenario),
     }
-    paths["summary"] = out / "summary.json"
-    paths["summary"].write_text(json.dumps(summary, indent=2))
-    paths["report"] = write_report(result, out / "report.html")
+    traces = list(getattr(workload, "traces", ()) or ())
+    if traces:
+        doc["traces"] = [_clean(t) for t in traces]  # the trace files replayed, as applied
+    return doc
+
+
+def write_results(result, out_dir: str | Path, fmt: str = "parquet", workload=None) -> dict[str, Path]:
+    """Write everything a run produced into ``out_dir``; returns the paths written.
+    ``workload`` (when given) records which trace files fed the run."""
+    paths: dict[str, Path] = {}
+    with Staging(out_dir) as st:
+        for name, frame in zip(TABLES, (result.requests, result.steps), strict=True):
+            tmp = st.file(f"{name}.{fmt}")
+            if fmt == "parquet":
+                frame.to_parquet(tmp, index=False)
+            else:
+                frame.to_csv(tmp, index=False)
+            for other in FORMATS:
+                if other != fmt:
+                    st.remove(f"{name}.{other}")
+            paths[name] = st.final(f"{name}.{fmt}")
+        st.file("summary.json").write_text(json.dumps(summary_document(result, workload), indent=2))
+        paths["summary"] = st.final("summary.json")
+        write_report(result, st.file("report.html"))
+        paths["report"] = st.final("report.html")
     return paths

@@ -1,16 +1,8 @@
-"""GPU memory: how many KV blocks a replica gets, and a counting block allocator.
-
-The allocator counts blocks instead of naming them: each request's block count lives in the
-RequestTable, so the simulator never creates an object per block. The real engine maps the
-counts it is given onto physical block ids.
-"""
+"""GPU memory: how many KV blocks a replica gets (the scheduling core counts them out)."""
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
-
-import numpy as np
 
 from sim.scenario.specs import GpuSpec, ModelSpec
 from sim.scenario.specs.models import DTYPE_BYTES
@@ -36,9 +28,6 @@ class MemoryBudget:
         per_block = self.kv_bytes_per_token * self.block_size
         return max(0, int(self.kv_bytes // per_block))
 
-    @property
-    def token_capacity(self) -> int:
-        return self.num_blocks * self.block_size
 
 
 def activation_reserve_bytes(model: ModelSpec, max_batched_tokens: int, max_num_seqs: int,
@@ -83,90 +72,3 @@ def memory_budget(model: ModelSpec, gpu: GpuSpec, *, tp: int = 1, pp: int = 1,
         block_size=block_size,
         fixed_blocks=fixed_blocks,
     )
-
-
-class BlockAllocator:
-    """A pool of equally sized KV blocks, counted.
-
-    With prefix caching, blocks whose content id (a hash of the tokens up to and including
-    the block) is known are kept after their requests finish, shared by later requests with
-    the same prefix, and evicted least-recently-used when free blocks run out. Such blocks
-    stay "used"; ``available`` counts them as reclaimable once nobody references them.
-    """
-
-    def __init__(self, num_blocks: int, block_size: int, prefix_caching: bool = False):
-        self.num_blocks = num_blocks
-        self.block_size = block_size
-        self.free = num_blocks
-        self.prefix_caching = prefix_caching
-        self.refs: dict[int, int] = {}  # content id -> requests using the cached block
-        self.lru: OrderedDict[int, None] = OrderedDict()  # unreferenced cached blocks, oldest first
-
-    @property
-    def used(self) -> int:
-        return self.num_blocks - self.free
-
-    @property
-    def evictable(self) -> int:
-        return len(self.lru)
-
-    @property
-    def available(self) -> int:
-        return self.free + len(self.lru)
-
-    def blocks_for(self, tokens: np.ndarray | int) -> np.ndarray | int:
-        return -(-tokens // self.block_size)
-
-    def allocate(self, n: int) -> None:
-        if n > self.free:
-            self._evict(n - self.free)
-        if n > self.free:
-            raise RuntimeError(f"allocating {n} KV blocks with only {self.free} free")
-        self.free -= n
-
-    def release(self, n: int) -> None:
-        self.free += n
-        if self.free > self.num_blocks:
-            raise RuntimeError("released more KV blocks than were allocated")
-
-    # -- prefix cache ------------------------------------------------------------------------
-    def cached_prefix(self, ids: np.ndarray) -> int:
-        """How many leading blocks of ``ids`` are in the cache."""
-        refs = self.refs
-        for n, h in enumerate(ids.tolist()):
-            if h not in refs:
-                return n
-        return len(ids)
-
-    def pin_cost(self, ids) -> int:
-        """Blocks that acquiring ``ids`` would take out of the evictable pool."""
-        return sum(1 for h in ids if self.refs[h] == 0)
-
-    def acquire(self, ids) -> None:
-        for h in ids:
-            if self.refs[h] == 0:
-                del self.lru[h]
-            self.refs[h] += 1
-
-    def drop(self, ids) -> None:
-        for h in ids:
-            self.refs[h] -= 1
-            if self.refs[h] == 0:
-                self.lru[h] = None
-
-    def insert(self, ids) -> int:
-        """Register blocks a request has just computed (it keeps using them). Stops at the first
-        id already cached by someone else: that copy stays private. Returns how many."""
-        n = 0
-        for h in ids:
-            if h in self.refs:
-                break
-            self.refs[h] = 1
-            n += 1
-        return n
-
-    def _evict(self, n: int) -> None:
-        for _ in range(min(n, len(self.lru))):
-            h, _ = self.lru.popitem(last=False)
-            del self.refs[h]
-            self.free += 1

@@ -12,25 +12,39 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
-import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
     NonNegativeFloat,
+    NonNegativeInt,
     PositiveFloat,
-    PositiveInt,
     ValidationError,
     field_validator,
     model_validator,
 )
 
-from sim.errors import ScenarioError
+from sim.errors import InputError, ScenarioError
+from sim.inputs import check_file, load_yaml_mapping, parse_value, parse_yaml, validation_message
 from sim.scenario.memory import MemoryBudget, memory_budget
 from sim.scenario.specs import GpuSpec, ModelSpec, get_gpu, get_model, model_from_hf_config
-from sim.traffic.schema import Slo, Strict, WorkloadSpec
+from sim.traffic.schema import PositiveInt, Slo, Strict, WorkloadSpec
 
 Fraction = Annotated[float, Field(gt=0, le=1)]
+Gigabytes = Annotated[float, Field(ge=0, le=1e6)]  # a petabyte: beyond, byte counts overflow
+MAX_REPLICAS = 10_000  # each replica is simulated: beyond this, memory runs out first
+Replicas = Annotated[int, Field(gt=0, le=MAX_REPLICAS)]
+MAX_SEED = 2**63 - 1
+
+
+def _seed_range(v: int) -> int:
+    if not 0 <= v <= MAX_SEED:
+        raise ValueError(f"expected a whole number from 0 to 2**63 - 1 = {MAX_SEED}")
+    return v
+
+
+Seed = Annotated[int, AfterValidator(_seed_range)]
 
 
 # -- the serving system ----------------------------------------------------------------------
@@ -65,8 +79,8 @@ class Hardware(Strict):
     pp: PositiveInt = 1
     expert_parallel: bool = False  # MoE: split experts over the TP GPUs instead of their columns
     memory_utilization: Fraction = 0.9
-    activation_reserve_gb: NonNegativeFloat | None = None  # None: estimated from the model
-    host_memory_gb: NonNegativeFloat = 64.0  # swap space per replica for preemption by swap
+    activation_reserve_gb: Gigabytes | None = None  # None: estimated from the model
+    host_memory_gb: Gigabytes = 64.0  # swap space per replica for preemption by swap
     kv_blocks: PositiveInt | None = None  # fixed KV blocks per replica (overrides the budget)
 
     @field_validator("gpu")
@@ -123,7 +137,7 @@ class Scheduler(Strict):
 class ReplicaGroup(Strict):
     """``count`` identical replicas; fields left out take the scenario's top-level values."""
 
-    count: PositiveInt = 1
+    count: Replicas = 1
     hardware: Hardware | None = None
     scheduler: Scheduler | None = None
 
@@ -163,6 +177,9 @@ class Disaggregation(Strict):
 class Router(Strict):
     policy: Literal["round-robin", "least-outstanding", "least-kv", "power-of-two",
                     "prefix-affinity"] = "round-robin"
+    # prefix-affinity: the replica with the longest cached prefix wins unless it has more than
+    # this many outstanding requests beyond the least loaded replica
+    balance_abs: NonNegativeInt = 16
 
 
 class Cost(Strict):
@@ -180,10 +197,9 @@ class Cost(Strict):
 
 
 class Simulation(Strict):
-    # auto: the compiled loop where it applies (sim/compiled), else SimPy; both give identical
-    # results. simpy: always the reference loop. compiled: an error says what it cannot run.
+    # auto and compiled: the compiled loop (sim/loops/compiled.py; auto falls back to SimPy when
+    # numba is missing); simpy: the reference loop. Both give identical results.
     loop: Literal["auto", "simpy", "compiled"] = "auto"
-    fast_forward: bool = True  # SimPy loop: jump over decode steps where nothing changes
 
 
 @dataclass(frozen=True)
@@ -203,12 +219,13 @@ class ReplicaSpec:
 
 class Scenario(Strict):
     name: str = "scenario"
-    seed: int = 0
+    seed: Seed = 0
     model: str | HfConfigModel = "llama-3-8b"
     hardware: Hardware = Hardware()
     quantization: Quantization = Quantization()
-    replicas: PositiveInt = 1
-    replica_groups: list[ReplicaGroup] | None = None  # heterogeneous replicas (replaces replicas)
+    replicas: Replicas = 1
+    # heterogeneous replicas (replaces replicas)
+    replica_groups: Annotated[list[ReplicaGroup], Field(min_length=1)] | None = None
     disaggregation: Disaggregation | None = None  # prefill/decode pools (replaces replicas)
     router: Router = Router()
     scheduler: Scheduler = Scheduler()
@@ -217,7 +234,7 @@ class Scenario(Strict):
     slo: Slo = Slo()
     simulation: Simulation = Simulation()
 
-    model_config = ConfigDict(extra="forbid", frozen=True, ignored_types=(cached_property,))
+    model_config = ConfigDict(**Strict.model_config, ignored_types=(cached_property,))
 
     @field_validator("model")
     @classmethod
@@ -230,10 +247,14 @@ class Scenario(Strict):
     def _one_layout(self):
         if self.replica_groups is not None and self.disaggregation is not None:
             raise ValueError("give replica_groups or disaggregation, not both")
+        if self.replica_groups is not None and sum(g.count for g in self.replica_groups) > MAX_REPLICAS:
+            raise ValueError(f"replica_groups hold more than {MAX_REPLICAS:,} replicas in all")
         return self
 
-    # Resolved specs; ``base_dir`` is where relative paths in the scenario start from.
+    # Set by the loader, never by the file: ``base_dir`` is where relative paths in the
+    # scenario start from; ``source`` names the scenario (its file) in errors.
     base_dir: str = Field(default=".", exclude=True, repr=False)
+    source: str = Field(default="", exclude=True, repr=False)
 
     @cached_property
     def model_spec(self) -> ModelSpec:
@@ -283,16 +304,13 @@ class Scenario(Strict):
     def num_gpus(self) -> int:
         return sum(r.hardware.num_gpus for r in self.replica_specs)
 
-    @property
-    def kv_blocks_total(self) -> int:
-        return sum(r.memory.num_blocks for r in self.replica_specs)
-
     def resolve(self, path: str) -> Path:
         p = Path(path).expanduser()
         return p if p.is_absolute() else Path(self.base_dir) / p
 
 
 DEFAULT_SCENARIO = "default.yaml"
+LOADER_FIELDS = ("base_dir", "source")  # Scenario fields the loader sets, not the file
 
 
 def _set_path(data: dict, dotted: str, value: Any, source: str) -> None:
@@ -327,11 +345,11 @@ def apply_overrides(data: dict, overrides: list[str], source: str) -> dict:
         if "=" not in item:
             raise ScenarioError("--set", item, "expected field.path=value")
         dotted, raw = item.split("=", 1)
-        try:
-            value = yaml.safe_load(raw) if raw else ""
-        except yaml.YAMLError:
-            value = raw
-        _set_path(data, dotted.strip(), value, f"{source} (--set)")
+        dotted = dotted.strip()
+        if not dotted or not all(dotted.split(".")):
+            raise ScenarioError("--set", item, "expected field.path=value, e.g. scheduler.policy=static")
+        value = parse_value(raw, f"{source} (--set)", ScenarioError, dotted)
+        _set_path(data, dotted, value, f"{source} (--set)")
     return data
 
 
@@ -375,15 +393,14 @@ def _format_loc(loc: tuple) -> str:
 def scenario_from_dict(data: Any, source: str, base_dir: str | Path = ".") -> Scenario:
     if not isinstance(data, dict):
         raise ScenarioError(source, None, f"expected a mapping of fields, got {type(data).__name__}")
+    for key in LOADER_FIELDS:
+        if key in data:
+            raise ScenarioError(source, str(key), "unknown field")
     try:
-        scenario = Scenario.model_validate({**data, "base_dir": str(base_dir)})
+        scenario = Scenario.model_validate({**data, "base_dir": str(base_dir), "source": source})
     except ValidationError as e:
         err = e.errors()[0]
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            msg = "unknown field"
-        elif "input" in err and err["type"] not in ("missing",):
-            msg = f"{msg} (got {err['input']!r})"
+        msg = validation_message(err)
         more = f" (and {len(e.errors()) - 1} more problems)" if len(e.errors()) > 1 else ""
         raise ScenarioError(source, _format_loc(err["loc"]), msg + more) from None
     check_feasible(scenario, source)
@@ -391,18 +408,30 @@ def scenario_from_dict(data: Any, source: str, base_dir: str | Path = ".") -> Sc
 
 
 def check_feasible(s: Scenario, source: str) -> None:
-    """Cross-field checks that need the specs: does the model fit on every replica at all?"""
+    """Cross-field checks that need the specs and files: does the model's config read, does
+    the model fit on every replica at all, is the cost profile a file?"""
     try:
         spec = s.model_spec
-    except (OSError, KeyError, ValueError) as e:
-        raise ScenarioError(source, "model.hf_config", f"cannot read a model config: {e}") from None
+    except InputError as e:  # names the config file and its field
+        raise type(e)(e.source, e.field, f"{e.message} (model.hf_config of {source})") from None
+    if s.cost.model == "profile":
+        from sim.errors import ProfileError
+
+        check_file(s.resolve(s.cost.profile), "cost.profile", ProfileError, "profile file")
     if s.scheduler.speculative and s.scheduler.speculative.draft_model == spec.name:
         raise ScenarioError(source, "scheduler.speculative.draft_model",
                             "must be a smaller model than the target")
     gib = 1024**3
     for r in s.replica_specs:
         hw, mem = r.hardware, r.memory
-        field = _hardware_field(s, r)
+        field = _group_field(s, r, "hardware")
+        per_block = mem.kv_bytes_per_token * mem.block_size
+        if mem.num_blocks < 1 and mem.fixed_blocks is None and 0 < mem.kv_bytes < per_block:
+            raise ScenarioError(
+                source, f"{_group_field(s, r, 'scheduler')}.block_size",
+                f"one KV block of {mem.block_size} tokens takes {per_block / gib:.1f} GiB per GPU, "
+                f"more than the {mem.kv_bytes / gib:.1f} GiB left for the KV cache; expected a "
+                "smaller block_size")
         if mem.num_blocks < 1:
             raise ScenarioError(
                 source, field,
@@ -422,18 +451,19 @@ def check_feasible(s: Scenario, source: str) -> None:
                                 f"({'a dense model' if not spec.is_moe else ''})".replace(" ()", ""))
 
 
-def _hardware_field(s: Scenario, r: ReplicaSpec) -> str:
+def _group_field(s: Scenario, r: ReplicaSpec, part: str) -> str:
+    """Where replica ``r``'s ``part`` (hardware or scheduler) is set in the scenario."""
     if s.disaggregation is not None:
         g = getattr(s.disaggregation, r.role)
-        return f"disaggregation.{r.role}.hardware" if g.hardware else "hardware"
+        return f"disaggregation.{r.role}.{part}" if getattr(g, part) else part
     if s.replica_groups is not None:
         i, seen = 0, 0
         for i, g in enumerate(s.replica_groups):  # noqa: B007
             seen += g.count
             if r.index < seen:
                 break
-        return f"replica_groups[{i}].hardware" if s.replica_groups[i].hardware else "hardware"
-    return "hardware"
+        return f"replica_groups[{i}].{part}" if getattr(s.replica_groups[i], part) else part
+    return part
 
 
 def load_scenario(path: str | Path | None = None, overrides: list[str] | None = None) -> Scenario:
@@ -441,24 +471,22 @@ def load_scenario(path: str | Path | None = None, overrides: list[str] | None = 
     if path is None:
         source = f"<default scenario {DEFAULT_SCENARIO}>"
         text = resources.files("sim.scenario.data").joinpath(DEFAULT_SCENARIO).read_text()
+        data = parse_yaml(text, source, ScenarioError)
         base_dir: Path = Path.cwd()
     else:
         path = Path(path)
         source = str(path)
-        if not path.is_file():
-            raise ScenarioError(source, None, "no such scenario file")
-        text = path.read_text()
+        data = read_scenario_file(path)
         base_dir = path.parent
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "somewhere"
-        raise ScenarioError(source, None, f"not valid YAML ({where}): {getattr(e, 'problem', e)}") \
-            from None
-    data = {} if data is None else data
     if overrides:
-        if not isinstance(data, dict):
-            raise ScenarioError(source, None, "expected a mapping of fields")
         data = apply_overrides(data, overrides, source)
     return scenario_from_dict(data, source, base_dir)
+
+
+def read_scenario_file(path: str | Path) -> dict:
+    """A scenario file's mapping of fields (not yet validated)."""
+    data = load_yaml_mapping(path, ScenarioError, "scenario file")
+    if {"scenario", "objective"} <= data.keys():
+        raise ScenarioError(str(path), None, "this is a study file (it has scenario and objective), "
+                            "not a scenario; run it with servesim study")
+    return data

@@ -3,39 +3,42 @@
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
-import yaml
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from sim.cli.console import positive_int
+from sim.inputs import parse_value
 from sim.study.schema import StudyError
 
 
 def _parse_sets(items: list[str]) -> dict:
     out = {}
     for item in items:
-        if "=" not in item:
-            raise StudyError("--set", item, "expected field.path=value")
-        path, raw = item.split("=", 1)
-        try:
-            out[path.strip()] = yaml.safe_load(raw) if raw else ""
-        except yaml.YAMLError:
-            out[path.strip()] = raw
+        path, eq, raw = item.partition("=")
+        path = path.strip()
+        if not eq or not path or not all(path.split(".")):
+            raise StudyError("--set", item, "expected field.path=value, e.g. scheduler.policy=static")
+        out[path] = parse_value(raw, "--set", StudyError, path)
     return out
 
 
 def _runner_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runner", "--executor", dest="runner", choices=["local", "ray"], default="local",
                    help="where runs go: local, a process pool on this machine (default); ray, Ray tasks")
-    p.add_argument("--jobs", "-j", type=int, default=None,
-                   help="parallel runs (default: all cores; 1 runs in this process)")
+    p.add_argument("--jobs", "-j", type=positive_int, default=None,
+                   help="parallel runs, at least 1 (default: all cores; 1 runs in this process)")
     p.add_argument("--address", default=None,
                    help="Ray cluster to join, e.g. ray://head:10001 or auto (default: start a "
-                        "local Ray instance)")
+                        "local Ray instance); only with --runner ray")
     p.add_argument("--png", action="store_true",
                    help="also write every figure as PNG under figures/ (kaleido + Chromium)")
+
+
+def _check_runner_args(args) -> None:
+    if args.address is not None and args.runner != "ray":
+        raise StudyError("--address", None, "applies only to --runner ray")
 
 
 def register(sub) -> None:
@@ -74,17 +77,17 @@ def _progress_bar(console):
 
 def cmd_study(args) -> int:
     from sim.cli.console import console, err_console
+    from sim.results.atomic import check_out_dir
     from sim.study.driver import execute_plan
     from sim.study.plan import plan_study
-    from sim.study.report import write_outputs
+    from sim.study.report import STUDY_FILES, write_outputs
     from sim.study.runners import make_runner
     from sim.study.schema import load_study
     from sim.study.store import RunStore
 
+    _check_runner_args(args)
     study = load_study(args.study)
-    if args.set:
-        study = study.model_copy(update={"set": {**study.set, **_parse_sets(args.set)}})
-    plan = plan_study(study, args.study)
+    plan = plan_study(study, args.study, _parse_sets(args.set))
     if args.dry_run:
         t = Table("#", "configuration", "GPUs", "USD/h", "note", title=f"{plan.name}: "
                   f"{len(plan.configs)} configurations, objective {study.objective.kind}")
@@ -93,14 +96,16 @@ def cmd_study(args) -> int:
                       f"skipped: {c.skipped}" if c.skipped else "")
         console.print(t)
         return 0
-    out = Path(args.out or Path("results") / plan.name)
-    store = RunStore(out, fresh=args.fresh)
-    if args.retry_failed:
-        store.forget_errors()
-    if store.records:
-        err_console.print(f"resuming: {len(store.records)} runs already in {out / store.path.name}")
+    out = check_out_dir(args.out or Path("results") / plan.name, "--out", STUDY_FILES)
+    # Everything is checked (the runner too) before the stored runs are read or, with
+    # --fresh, dropped.
     with make_runner(args.runner, args.jobs, args.address) as ex, \
             _progress_bar(err_console) as bar:
+        store = RunStore(out, fresh=args.fresh)
+        if args.retry_failed:
+            store.forget_errors()
+        if store.records:
+            err_console.print(f"resuming: {len(store.records)} runs already in {out / store.path.name}")
         task = bar.add_task(f"{plan.name} ({ex.workers} workers)", total=None, extra="")
 
         def show(p) -> None:
@@ -150,17 +155,21 @@ def print_answer(run, console, limit: int = 20) -> None:
 
 
 def cmd_compare(args) -> int:
+    import os
+
     from sim.cli.console import console, err_console
-    from sim.study.compare import load_entries, run_entries, summary_frame, write_compare
+    from sim.results.atomic import check_out_dir
+    from sim.study.compare import COMPARE_FILES, load_entries, run_entries, summary_frame, write_compare
     from sim.study.report import _fmt
     from sim.study.runners import make_runner
 
+    _check_runner_args(args)
     entries = load_entries(args.scenarios, _parse_sets(args.set), not args.own_traffic)
+    out = check_out_dir(args.out, "--out", COMPARE_FILES)
     jobs = args.jobs or min(len(entries), os.cpu_count() or 1)
     with make_runner(args.runner, jobs, args.address) as ex, \
             err_console.status(f"running {len(entries)} scenarios"):
         run_entries(entries, ex)
-    out = Path(args.out)
     paths, warnings = write_compare(entries, out, args.png)
     frame = summary_frame(entries)
     t = Table("", *frame["scenario"], title="compare")

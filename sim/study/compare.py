@@ -11,6 +11,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from sim.results.atomic import Staging
 from sim.results.report import figure_html, latency_cdfs, page
 from sim.scenario.schema import Scenario, scenario_from_dict
 from sim.study.overrides import apply
@@ -123,17 +124,14 @@ def summary_bars(frame: pd.DataFrame) -> go.Figure:
     return fig
 
 
+COMPARE_FILES = ("summary.csv", "report.html")
+
+
 def write_compare(entries: list[Entry], out_dir: Path, png: bool) -> tuple[dict, list[str]]:
-    out_dir.mkdir(parents=True, exist_ok=True)
+    """Write the comparison (renamed into place together; an earlier comparison's per-scenario
+    tables and figures go)."""
     frame = summary_frame(entries)
-    paths = {"summary.csv": out_dir / "summary.csv"}
-    frame.to_csv(paths["summary.csv"], index=False)
     ok = {e.name: e.record["requests"] for e in entries if e.record.get("status") == "ok"}
-    for name, df in ok.items():
-        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
-        p = out_dir / f"requests-{safe}.parquet"
-        df.to_parquet(p, index=False)
-        paths[p.name] = p
     figs = {"latency_cdfs": ("Latency CDFs", latency_cdfs(ok)),
             "summary_bars": ("Summary", summary_bars(frame))} if ok else {}
     same = entries[0].scenario.workload
@@ -150,11 +148,19 @@ def write_compare(entries: list[Entry], out_dir: Path, png: bool) -> tuple[dict,
     failed = frame[frame["status"] != "ok"]
     if len(failed):
         parts.append("<h2>Failed runs</h2>" + table_html(failed, ["scenario", "error"]))
-    paths["report.html"] = out_dir / "report.html"
     title = "servesim compare — " + " vs ".join(e.name for e in entries)
-    paths["report.html"].write_text(page(title, parts))
     warnings = []
-    if png:
-        warnings = write_pngs(figs, out_dir / "figures")
-        paths["figures"] = out_dir / "figures"
+    with Staging(out_dir) as st:
+        frame.to_csv(st.file("summary.csv"), index=False)
+        for name, df in ok.items():
+            safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+            df.to_parquet(st.file(f"requests-{safe}.parquet"), index=False)
+        for old in out_dir.glob("requests-*.parquet"):
+            st.remove(old.name)
+        st.file("report.html").write_text(page(title, parts))
+        if png:
+            warnings = write_pngs(figs, st.folder_for("figures"))
+        else:
+            st.remove("figures", folder=True)
+        paths = st.commit()
     return paths, warnings

@@ -10,28 +10,40 @@ from sim.study.schema import StudyError
 
 
 def set_path(data: dict, dotted: str, value: Any, source: str, where: str) -> None:
-    """Set ``a.b.c`` in a nested mapping, creating levels as needed (as ``--set`` does)."""
+    """Set ``a.b.c`` in a nested mapping, creating levels as needed (as ``--set`` does); a
+    number indexes a list (``workload.classes.1.priority``)."""
     keys = dotted.split(".")
     if not all(keys):
         raise StudyError(source, where, f"{dotted!r} is not a field path like scheduler.policy")
-    node = data
-    for i, key in enumerate(keys[:-1]):
-        child = node.get(key)
+    node: Any = data
+    for i, key in enumerate(keys):
+        last = i == len(keys) - 1
+        if isinstance(node, list):
+            if not key.isdigit() or int(key) >= len(node):
+                raise StudyError(source, where, f"{'.'.join(keys[: i + 1])}: expected an index below "
+                                 f"{len(node)} into the list")
+            key = int(key)
+        elif not isinstance(node, dict):
+            raise StudyError(source, where, f"{'.'.join(keys[:i])} is a "
+                             f"{type(node).__name__}, cannot set {dotted}")
+        if last:
+            node[key] = copy.deepcopy(value)
+            return
+        child = node[key] if isinstance(node, list) else node.get(key)
         if child is None or (key == "model" and isinstance(child, str)):
             child = node[key] = {}
-        elif not isinstance(child, dict):
-            raise StudyError(source, where, f"{'.'.join(keys[: i + 1])} is a "
-                             f"{type(child).__name__}, cannot set {dotted}")
         node = child
-    node[keys[-1]] = copy.deepcopy(value)
 
 
 def get_path(data: dict, dotted: str, default: Any = None) -> Any:
     node: Any = data
     for key in dotted.split("."):
-        if not isinstance(node, dict) or key not in node:
+        if isinstance(node, list) and key.isdigit() and int(key) < len(node):
+            node = node[int(key)]
+        elif isinstance(node, dict) and key in node:
+            node = node[key]
+        else:
             return default
-        node = node[key]
     return node
 
 

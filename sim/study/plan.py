@@ -8,11 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from sim.errors import InputError, ScenarioError
-from sim.scenario.schema import Scenario, scenario_from_dict
+from sim.scenario.schema import Scenario, read_scenario_file, scenario_from_dict
 from sim.study.cost import cost_per_hour, gpu_inventory
 from sim.study.overrides import apply, canonical, get_path, set_path, short_names, show
 from sim.study.schema import Curves, MaxRate, Study, StudyError
@@ -96,21 +95,38 @@ def has_field(model: type[BaseModel], dotted: str) -> bool:
 
 
 def read_scenario_mapping(path: Path) -> dict:
-    if not path.is_file():
-        raise ScenarioError(str(path), None, "no such scenario file")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise ScenarioError(str(path), None, f"not valid YAML: {getattr(e, 'problem', e)}") \
-            from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ScenarioError(str(path), None, "expected a mapping of fields")
-    return data
+    return read_scenario_file(path)
 
 
-def _combinations(study: Study) -> list[tuple[dict[str, Any], dict[str, str], dict[str, Any]]]:
+def varied_fields(study: Study) -> dict[str, str]:
+    """Each field the study varies -> where it is varied (vary.grid.…, vary.zip.…, vary.cases[i])."""
+    v = study.vary
+    out = {k: f"vary.grid.{k}" for k in v.grid} | {k: f"vary.zip.{k}" for k in v.zip}
+    for i, c in enumerate(v.cases):
+        out.update({k: f"vary.cases[{i}].set.{k}" for k in c.set})
+    return out
+
+
+_MISSING = object()
+
+
+def check_cli_sets(study: Study, cli_set: dict[str, Any]) -> None:
+    """A ``--set`` whose field the study varies would never apply: say so."""
+    varied = varied_fields(study)
+    for path, value in cli_set.items():
+        for vpath, where in varied.items():
+            inside = value if isinstance(value, dict) else {}
+            lost = path == vpath or path.startswith(vpath + ".") or (
+                vpath.startswith(path + ".")
+                and get_path(inside, vpath[len(path) + 1:], _MISSING) is not _MISSING)
+            if lost:
+                raise StudyError("--set", path, f"{vpath} is varied by the study ({where}), which "
+                                 "would override this --set in every configuration; remove the --set "
+                                 "or change the study's vary")
+
+
+def _combinations(study: Study, cli_set: dict[str, Any] | None = None
+                  ) -> list[tuple[dict[str, Any], dict[str, str], dict[str, Any]]]:
     """(overrides, where each override is set, swept values) for each configuration."""
     v = study.vary
     grid_keys = list(v.grid)
@@ -120,8 +136,8 @@ def _combinations(study: Study) -> list[tuple[dict[str, Any], dict[str, str], di
     cases: list[Any] = list(enumerate(v.cases)) or [None]
     out = []
     for case, g, z in itertools.product(cases, grid, zipped):
-        overrides = dict(study.set)
-        sources = {k: f"set.{k}" for k in study.set}
+        overrides = {**study.set, **(cli_set or {})}
+        sources = {k: f"set.{k}" for k in study.set} | {k: f"--set {k}" for k in cli_set or {}}
         values: dict[str, Any] = {}
         if case is not None:
             i, c = case
@@ -164,10 +180,13 @@ def _default_rate_field(data: dict) -> str:
     return "workload.trace.rate" if get_path(data, "workload.trace") else "workload.arrival.rate"
 
 
-def plan_study(study: Study, study_path: str | Path) -> Plan:
-    """Expand ``study`` into configurations and validate every one (errors name the file)."""
+def plan_study(study: Study, study_path: str | Path, cli_set: dict[str, Any] | None = None) -> Plan:
+    """Expand ``study`` into configurations and validate every one (errors name the file).
+    ``cli_set`` are the command line's ``--set`` overrides, applied after the study's ``set``."""
     study_path = Path(study_path)
     source = str(study_path)
+    if cli_set:
+        check_cli_sets(study, cli_set)
     missing = [f for f in study.requires if not has_field(Scenario, f)]
     if missing:
         raise StudyError(source, "requires", f"this study needs the scenario field(s) "
@@ -180,7 +199,7 @@ def plan_study(study: Study, study_path: str | Path) -> Plan:
         raise StudyError(source, "scenario", f"{e}") from None
     scenario_from_dict(base, str(scenario_path), base_dir)  # the base on its own: names its file
 
-    combos = _combinations(study)
+    combos = _combinations(study, cli_set)
     swept = list(combos[0][2])
     short = short_names([k for k in swept if k != "case"])
     obj = study.objective

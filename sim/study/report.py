@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 import plotly.graph_objects as go
 
+from sim.results.atomic import Staging
 from sim.results.report import figure_html, page
 from sim.study import figures
 from sim.study.driver import StudyRun
@@ -170,16 +171,13 @@ def _clean(v):
     return v
 
 
+STUDY_FILES = ("runs.csv", "runs.parquet", "configs.csv", "configs.parquet", "answer.json",
+               "report.html", "runs.jsonl")
+
+
 def write_outputs(run: StudyRun, out_dir: str | Path, png: bool = False) -> dict[str, Path]:
-    """Write the tables, the answer and the report; returns what was written."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths: dict[str, Path] = {}
-    for name, df in (("runs", run.outcome.runs), ("configs", run.outcome.configs)):
-        df.to_csv(out / f"{name}.csv", index=False)
-        paths[f"{name}.csv"] = out / f"{name}.csv"
-        df.to_parquet(out / f"{name}.parquet", index=False)
-        paths[f"{name}.parquet"] = out / f"{name}.parquet"
+    """Write the tables, the answer and the report (all renamed into place together, so the
+    folder never mixes two studies' outputs); returns what was written."""
     answer = {
         "study": run.plan.name, "objective": run.plan.study.objective.kind,
         "note": run.outcome.note, "interrupted": run.interrupted,
@@ -188,14 +186,19 @@ def write_outputs(run: StudyRun, out_dir: str | Path, png: bool = False) -> dict
         "runs": run.progress.done, "failed": run.progress.failed,
         "reused": run.progress.reused, "wall_s": run.wall_s,
     }
-    paths["answer.json"] = out / "answer.json"
-    paths["answer.json"].write_text(json.dumps(answer, indent=2, default=str))
     figs = build_figures(run)
-    paths["report.html"] = write_report(run, out / "report.html", figs)
     run.warnings = []
-    if png or run.plan.study.report.png:
-        run.warnings += write_pngs(figs, out / "figures")
-        paths["figures"] = out / "figures"
+    with Staging(out_dir) as st:
+        for name, df in (("runs", run.outcome.runs), ("configs", run.outcome.configs)):
+            df.to_csv(st.file(f"{name}.csv"), index=False)
+            df.to_parquet(st.file(f"{name}.parquet"), index=False)
+        st.file("answer.json").write_text(json.dumps(answer, indent=2, default=str))
+        write_report(run, st.file("report.html"), figs)
+        if png or run.plan.study.report.png:
+            run.warnings += write_pngs(figs, st.folder_for("figures"))
+        else:
+            st.remove("figures", folder=True)  # an earlier run's figures would not match these results
+        paths = st.commit()
     run.paths = paths
     return paths
 

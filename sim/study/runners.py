@@ -189,11 +189,11 @@ class RayRunner(Runner):
 
     def __init__(self, address: str | None = None, workers: int | None = None,
                  fn: RunFn = execute_run):
+        from sim.study.schema import StudyError
+
         try:
             import ray
         except ImportError:
-            from sim.study.schema import StudyError
-
             raise StudyError("--runner ray", None, "Ray is not installed; "
                              "pip install 'ray>=2.9' (or use the local runner)") from None
         self.ray = ray
@@ -203,8 +203,12 @@ class RayRunner(Runner):
             # happens to run on this machine.
             kwargs = {"address": address} if address else {
                 "address": "local", "num_cpus": workers or os.cpu_count()}
-            ray.init(**kwargs, include_dashboard=False, log_to_driver=False,
-                     ignore_reinit_error=True, logging_level="warning")
+            try:
+                ray.init(**kwargs, include_dashboard=False, log_to_driver=False,
+                         ignore_reinit_error=True, logging_level="warning")
+            except Exception as e:  # a bad address, no cluster there, Ray failing to start
+                raise StudyError("--address" if address else "--runner ray", address,
+                                 f"cannot start or join Ray: {type(e).__name__}: {e}") from None
         self.workers = int(ray.cluster_resources().get("CPU", 1))
         self.remote = ray.remote(num_cpus=1, max_retries=1)(fn)
         self.refs: dict = {}

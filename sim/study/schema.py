@@ -10,10 +10,8 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
-    ConfigDict,
     Field,
     NonNegativeFloat,
     PositiveFloat,
@@ -23,6 +21,8 @@ from pydantic import (
 )
 
 from sim.errors import InputError
+from sim.inputs import load_yaml_mapping, validation_message
+from sim.traffic.schema import STRICT, AsTuple
 
 Fraction = Annotated[float, Field(gt=0, le=1)]
 
@@ -54,7 +54,7 @@ class StudyError(InputError):
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = STRICT
 
 
 class Case(Strict):
@@ -118,7 +118,7 @@ class MaxRate(Acceptance):
     """Highest arrival rate whose runs still meet the SLOs, per configuration (bisection)."""
 
     kind: Literal["max_rate"]
-    bracket: tuple[PositiveFloat, PositiveFloat]  # requests/s: lowest and highest rate tried
+    bracket: Annotated[tuple[PositiveFloat, PositiveFloat], AsTuple]  # requests/s: lowest and highest rate tried
     rel_tol: Fraction = 0.05  # stop when hi - lo ≤ max(rel_tol × lo, abs_tol)
     abs_tol: NonNegativeFloat = 0.0
     rank_by: Literal["max_rate", "max_rate_per_gpu", "max_rate_per_dollar"] = "max_rate"
@@ -155,8 +155,8 @@ Objective = Annotated[MaxRate | Cheapest | Curves, Field(discriminator="kind")]
 
 
 class ReportOptions(Strict):
-    heatmap: tuple[str, str] | None = None  # two swept fields; default: the first two
-    pareto: tuple[str, str] | None = None  # x and y metrics; default depends on the objective
+    heatmap: Annotated[tuple[str, str], AsTuple] | None = None  # two swept fields; default: the first two
+    pareto: Annotated[tuple[str, str], AsTuple] | None = None  # x and y metrics; default depends on the objective
     latency: list[str] = ["ttft_p99", "tpot_p99", "e2e_p50"]  # drawn against load
     png: bool = False  # also write each figure as PNG (needs kaleido and Chrome/Chromium)
 
@@ -220,34 +220,22 @@ def _format_loc(loc: tuple) -> str:
 def study_from_dict(data: Any, source: str) -> Study:
     if not isinstance(data, dict):
         raise StudyError(source, None, f"expected a mapping of fields, got {type(data).__name__}")
+    if "objective" not in data and {"model", "workload", "hardware", "scheduler"} & data.keys():
+        raise StudyError(source, None, "this is a scenario file, not a study (a study has scenario "
+                         "and objective); run it with servesim run")
     try:
         return Study.model_validate(data)
     except ValidationError as e:
         err = e.errors()[0]
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            msg = "unknown field"
-        elif err["type"] == "union_tag_invalid":
+        msg = validation_message(err)
+        if err["type"] == "union_tag_invalid":
             msg = "expected objective kind max_rate, cheapest or curves" + (
                 f" (got {err['input'].get('kind')!r})" if isinstance(err.get("input"), dict)
                 else "")
-        elif "input" in err and err["type"] != "missing":
-            msg = f"{msg} (got {err['input']!r})"
         more = f" (and {len(e.errors()) - 1} more problems)" if len(e.errors()) > 1 else ""
         raise StudyError(source, _format_loc(err["loc"]), msg + more) from None
 
 
 def load_study(path: str | Path) -> Study:
     """Read and validate a study file (the configurations are checked by ``plan_study``)."""
-    path = Path(path)
-    source = str(path)
-    if not path.is_file():
-        raise StudyError(source, None, "no such study file")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "somewhere"
-        raise StudyError(source, None, f"not valid YAML ({where}): {getattr(e, 'problem', e)}") \
-            from None
-    return study_from_dict(data if data is not None else {}, source)
+    return study_from_dict(load_yaml_mapping(path, StudyError, "study file"), str(path))

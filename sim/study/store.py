@@ -27,7 +27,7 @@ class RunStore:
         self._file = None
 
     def _load(self) -> None:
-        with self.path.open() as f:
+        with self.path.open(encoding="utf-8", errors="replace") as f:  # bad bytes: a bad line
             for line in f:
                 line = line.strip()
                 if not line:

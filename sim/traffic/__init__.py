@@ -38,6 +38,8 @@ class Workload:
     prefix_hashes: np.ndarray | None = None  # int64
     session_id: np.ndarray | None = None  # int64 [n] for conversations (-1 none)
     notes: tuple[str, ...] = ()  # what trace readers dropped, worth telling the user
+    closed_loop: tuple[int, float] | None = None  # (users, think time): arrivals set as the run goes
+    traces: tuple[dict, ...] = ()  # each trace file used: path, sha256, rows used, scaling
 
     def __len__(self) -> int:
         return len(self.arrival)
@@ -56,6 +58,9 @@ def build_workload(scenario, *, block_size: int | None = None) -> Workload:
     Prefix ids are for KV blocks of ``block_size`` tokens (default: the scheduler's).
     ``workload.rate_scale`` then compresses all arrival times (every class's rate × scale)."""
     w = _build(scenario, block_size)
+    a = scenario.workload.arrival
+    if scenario.workload.classes is None and a.process == "closed":
+        return replace(w, closed_loop=(a.concurrency, a.think_time_s))
     scale = scenario.workload.rate_scale
     return w if scale == 1.0 else replace(w, arrival=w.arrival / scale)
 
@@ -63,7 +68,7 @@ def build_workload(scenario, *, block_size: int | None = None) -> Workload:
 def _build(scenario, block_size: int | None) -> Workload:
     w = scenario.workload
     block_size = block_size or scenario.scheduler.block_size
-    source = f"scenario {scenario.name!r}"
+    source = getattr(scenario, "source", "") or f"scenario {scenario.name!r}"
     explicit_n = w.num_requests if "num_requests" in w.model_fields_set else None
     if w.classes is None:
         # Traces replay whole unless num_requests is given; generated traffic uses its default.
@@ -72,16 +77,18 @@ def _build(scenario, block_size: int | None) -> Workload:
                             block_size, n, w.duration_s)
         t = build_stream(w, ctx)
         return Workload(t.arrival, t.prompt_len, t.output_len, prefix_offsets=t.prefix_offsets,
-                        prefix_hashes=t.prefix_hashes, session_id=t.session, notes=t.notes)
+                        prefix_hashes=t.prefix_hashes, session_id=t.session, notes=t.notes,
+                        traces=tuple(ctx.traces.values()))
 
-    parts = []
+    parts, traces = [], []
     for k, c in enumerate(w.classes):
         ctx = StreamContext(
             source, scenario.seed, (k,), k, f"workload.classes[{k}]", scenario.resolve, block_size,
             c.num_requests if c.num_requests is not None else explicit_n,
             c.duration_s if c.duration_s is not None else w.duration_s)
         parts.append(build_stream(c, ctx))
-    return _merge(parts, w.classes, explicit_n, w.duration_s)
+        traces += ctx.traces.values()
+    return replace(_merge(parts, w.classes, explicit_n, w.duration_s), traces=tuple(traces))
 
 
 def _merge(parts: list[StreamTraffic], classes, num_requests: int | None,

@@ -54,14 +54,16 @@ def extend(h: np.ndarray, part) -> np.ndarray:
     return _mix(_u64(h) ^ _mix(_u64(part))).view(np.int64)
 
 
-def system_prompt_blocks(class_index: int, prompt: np.ndarray, num_blocks: int,
-                         num_prompts: int) -> tuple[np.ndarray, np.ndarray]:
+def system_prompt_blocks(class_index: int, prompt: np.ndarray, num_blocks: int
+                         ) -> tuple[np.ndarray, np.ndarray]:
     """Ids of the ``num_blocks`` full blocks of each request's system prompt ``prompt[i]``:
-    block j of prompt p has id hash(SYSTEM_PROMPT, class, p, j)."""
-    head = hash_keys(SYSTEM_PROMPT, class_index, np.arange(num_prompts))
-    table = extend(np.repeat(head, num_blocks), np.tile(np.arange(num_blocks), num_prompts))
-    table_offsets = np.arange(num_prompts + 1, dtype=np.int64) * num_blocks
-    return take_row_prefixes(table_offsets, table, prompt,
+    block j of prompt p has id hash(SYSTEM_PROMPT, class, p, j). Only the prompts in use are
+    hashed (there may be many more system prompts than requests)."""
+    used, row = np.unique(prompt, return_inverse=True)
+    head = hash_keys(SYSTEM_PROMPT, class_index, used)
+    table = extend(np.repeat(head, num_blocks), np.tile(np.arange(num_blocks), len(used)))
+    table_offsets = np.arange(len(used) + 1, dtype=np.int64) * num_blocks
+    return take_row_prefixes(table_offsets, table, row.reshape(-1),
                              np.full(len(prompt), num_blocks, dtype=np.int64))
 
 

@@ -10,6 +10,15 @@ import numpy as np
 
 from sim.traffic.lengths import sample_lengths
 from sim.traffic.ragged import offsets_from_counts, row_of_each_value
+from sim.traffic.schema import MAX_REQUESTS
+
+
+class TooManyTurns(Exception):
+    """The sessions drawn would hold more turns than one run can take."""
+
+    def __init__(self, turns: int):
+        super().__init__(f"the sessions would hold {turns:,} turns; at most {MAX_REQUESTS:,} "
+                         "requests fit in one run")
 
 
 def sample_durations(spec, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -56,6 +65,8 @@ def conversation_turns(spec, session_start: np.ndarray, system_len: np.ndarray, 
     empirical = empirical or {}
     turns = sample_lengths(spec.turns, len(session_start), turns_rng,
                            empirical.get("turns"))
+    if int(turns.sum()) > MAX_REQUESTS:
+        raise TooManyTurns(int(turns.sum()))
     offsets = offsets_from_counts(turns)
     session = row_of_each_value(offsets)
     n = int(offsets[-1])

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from sim.traffic.schema import MAX_COUNT
+
 
 def sample_lengths(spec, n: int, rng: np.random.Generator, empirical: np.ndarray | None = None
                    ) -> np.ndarray:
@@ -22,5 +24,5 @@ def sample_lengths(spec, n: int, rng: np.random.Generator, empirical: np.ndarray
         return rng.choice(empirical, n, replace=True).astype(np.int64)
     else:
         raise ValueError(f"unknown length distribution {kind!r}")
-    hi = spec.max if spec.max is not None else np.inf
+    hi = spec.max if spec.max is not None else MAX_COUNT  # a far tail would overflow int64
     return np.clip(np.rint(x), spec.min, hi).astype(np.int64)

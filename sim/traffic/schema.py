@@ -12,17 +12,39 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     NonNegativeFloat,
     PositiveFloat,
-    PositiveInt,
     model_validator,
 )
 
+# Every schema model (scenario, study): unknown fields are errors, values keep their YAML type
+# (``true`` is not 1, ``"8"`` is not 8; an int is a valid float) and floats are finite.
+STRICT = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = STRICT
+
+
+MAX_COUNT = 2**31 - 1  # tokens, sizes and counts beyond this are typos, and overflow arrays
+MAX_REQUESTS = 100_000_000  # requests in one run (about 12 GB of state)
+PositiveInt = Annotated[int, Field(gt=0, le=MAX_COUNT)]
+MAX_SYSTEM_PROMPTS = 1_000_000
+NumRequests = Annotated[int, Field(gt=0, le=MAX_REQUESTS)]
+TokenMean = Annotated[float, Field(gt=0, le=MAX_COUNT)]
+
+
+LogSigma = Annotated[float, Field(gt=0, le=10)]  # log-space; beyond 10 the draws over/underflow
+
+
+def _list_to_tuple(v):
+    return tuple(v) if isinstance(v, list) else v
+
+
+AsTuple = BeforeValidator(_list_to_tuple)  # YAML has lists; strict tuples would refuse them
 
 
 # -- trace files -----------------------------------------------------------------------------
@@ -72,6 +94,13 @@ class TraceFile(Strict):
         return self
 
 
+def _one_scaling(spec):
+    if spec.rate is not None and "time_scale" in spec.model_fields_set:
+        raise ValueError("give time_scale or rate, not both: rate rescales the trace to a mean "
+                         "rate and would override time_scale")
+    return spec
+
+
 # -- arrivals --------------------------------------------------------------------------------
 class PoissonArrivals(Strict):
     process: Literal["poisson"]
@@ -83,7 +112,7 @@ class GammaArrivals(Strict):
 
     process: Literal["gamma"]
     rate: PositiveFloat
-    cv: PositiveFloat
+    cv: Annotated[float, Field(ge=1e-3, le=1e3)]  # below 0.001, use process: constant
 
 
 class ConstantArrivals(Strict):
@@ -96,12 +125,19 @@ class TraceArrivals(TraceFile):
 
     process: Literal["trace"]
     time_scale: PositiveFloat = 1.0  # >1 stretches time (lower rate)
-    rate: PositiveFloat | None = None  # rescale to this mean rate
+    rate: PositiveFloat | None = None  # rescale to this mean rate (instead of time_scale)
+
+    @model_validator(mode="after")
+    def _one_scaling(self):
+        return _one_scaling(self)
 
 
 class ClosedArrivals(Strict):
-    """Closed loop: ``concurrency`` users, each sending its next request ``think_time_s`` after
-    its previous one finished; requests are taken in order. Arrival times depend on the server."""
+    """Closed loop: ``concurrency`` users, each sending its next request when its previous one
+    is done (finished or rejected) and ``think_time_s`` has passed; the requests (generated,
+    or a trace's, whose timestamps are then ignored) go out in order. This is how
+    ``vllm bench serve --max-concurrency``, genai-perf and most published benchmarks drive a
+    server."""
 
     process: Literal["closed"]
     concurrency: PositiveInt
@@ -132,22 +168,30 @@ class UniformLength(Strict):
         return self
 
 
-class NormalLength(Strict):
-    dist: Literal["normal"]
-    mean: PositiveFloat
-    std: NonNegativeFloat
+class ClippedLength(Strict):
+    """A continuous length distribution, rounded and clipped to [min, max]."""
+
+    mean: TokenMean
     min: PositiveInt = 1
     max: PositiveInt | None = None
 
+    @model_validator(mode="after")
+    def _ordered(self):
+        if self.max is not None and self.min > self.max:
+            raise ValueError(f"min ({self.min}) must be ≤ max ({self.max})")
+        return self
 
-class LognormalLength(Strict):
+
+class NormalLength(ClippedLength):
+    dist: Literal["normal"]
+    std: NonNegativeFloat
+
+
+class LognormalLength(ClippedLength):
     """Lognormal with the given mean and log-space sigma, clipped to [min, max]."""
 
     dist: Literal["lognormal"]
-    mean: PositiveFloat
-    sigma: PositiveFloat
-    min: PositiveInt = 1
-    max: PositiveInt | None = None
+    sigma: LogSigma
 
 
 class EmpiricalLength(TraceFile):
@@ -193,7 +237,7 @@ class LognormalDuration(Strict):
 
     dist: Literal["lognormal"]
     mean: PositiveFloat
-    sigma: PositiveFloat
+    sigma: LogSigma
 
 
 Duration = Annotated[
@@ -207,13 +251,17 @@ class TraceWorkload(TraceFile):
     """Arrivals and lengths together, replayed from a trace."""
 
     time_scale: PositiveFloat = 1.0
-    rate: PositiveFloat | None = None
+    rate: PositiveFloat | None = None  # rescale to this mean rate (instead of time_scale)
     start_s: NonNegativeFloat = 0.0
     duration_s: PositiveFloat | None = None
     hash_block_size: PositiveInt = 512  # mooncake: tokens per hash id
 
     FORMAT_ONLY: ClassVar[dict[str, tuple[str, ...]]] = {
         **TraceFile.FORMAT_ONLY, "hash_block_size": ("mooncake",)}
+
+    @model_validator(mode="after")
+    def _one_scaling(self):
+        return _one_scaling(self)
 
 
 # -- shared prefixes -------------------------------------------------------------------------
@@ -222,7 +270,7 @@ class SharedPrefix(Strict):
     chosen uniformly or by a Zipf law (prompt k has weight 1/(k+1)^zipf_s); its prompt length
     is ``length`` plus its own sampled length."""
 
-    num_prompts: PositiveInt
+    num_prompts: Annotated[int, Field(gt=0, le=MAX_SYSTEM_PROMPTS)]
     length: PositiveInt
     popularity: Literal["uniform", "zipf"] = "uniform"
     zipf_s: PositiveFloat = 1.1
@@ -255,7 +303,7 @@ STREAM_FIELDS = ("arrival", "prompt_len", "output_len", "trace", "shared_prefix"
 class Stream(Strict):
     """One stream of traffic: arrivals and lengths, or a trace; optionally shared prefixes."""
 
-    num_requests: PositiveInt | None = None
+    num_requests: NumRequests | None = None
     duration_s: PositiveFloat | None = None  # stop generating arrivals after this time
     arrival: Arrivals = DEFAULT_ARRIVAL
     prompt_len: Length = DEFAULT_PROMPT
@@ -265,8 +313,16 @@ class Stream(Strict):
     conversations: Conversations | None = None
 
     def _check_stream(self, bounded_elsewhere: bool = False):
+        closed = self.arrival.process == "closed"
+        if closed and self.conversations is not None:
+            raise ValueError("closed-loop arrivals send requests in order; 'conversations' need open-loop "
+                             "think times between turns")
+        if closed and self.num_requests is None and self.trace is None:
+            raise ValueError("closed-loop arrivals need num_requests (there is no arrival rate to run for "
+                             "duration_s)")
         if self.trace is not None:
-            both = {"arrival", "prompt_len", "output_len"} & self.model_fields_set
+            given = {"arrival", "prompt_len", "output_len"} & self.model_fields_set
+            both = given - {"arrival"} if closed else given
             if both:
                 raise ValueError(f"give either 'trace' or {sorted(both)}, not both")
             if self.conversations is not None:
@@ -302,8 +358,8 @@ class WorkloadSpec(Stream):
     neither itself."""
 
     rate_scale: PositiveFloat = 1.0  # multiplies every arrival rate (divides all arrival times)
-    num_requests: PositiveInt | None = 1000
-    classes: tuple[TrafficClass, ...] | None = None
+    num_requests: NumRequests | None = 1000
+    classes: Annotated[tuple[TrafficClass, ...], AsTuple] | None = None
 
     @model_validator(mode="after")
     def _one_source(self):
@@ -315,6 +371,8 @@ class WorkloadSpec(Stream):
                              "with classes, put these fields inside each class")
         if not self.classes:
             raise ValueError("'classes' needs at least one class")
+        if any(c.arrival.process == "closed" for c in self.classes):
+            raise ValueError("closed-loop arrivals (process: closed) are for single-class workloads")
         names = [c.name for c in self.classes]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:

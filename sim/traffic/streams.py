@@ -3,18 +3,21 @@ lengths, and the ids of the prompt blocks it may share with other requests."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from sim import inputs
 from sim.errors import ScenarioError
 from sim.traffic import block_hashes
 from sim.traffic.arrivals import arrival_times
-from sim.traffic.conversations import conversation_turns
+from sim.traffic.conversations import TooManyTurns, conversation_turns
 from sim.traffic.lengths import sample_lengths
 from sim.traffic.ragged import take_rows
+from sim.traffic.schema import MAX_REQUESTS
 from sim.traffic.trace_formats import read_trace
 from sim.traffic.traces import Trace, rescale_times
 
@@ -37,6 +40,7 @@ class StreamContext:
     block_size: int
     num_requests: int | None  # bounds on the stream (None: unbounded by that measure)
     duration_s: float | None
+    traces: dict[str, dict] = dataclasses.field(default_factory=dict)  # what each trace file gave, by field
 
     def rng(self, purpose: int) -> np.random.Generator:
         seq = np.random.SeedSequence(self.seed, spawn_key=(*self.key, purpose))
@@ -81,6 +85,7 @@ def build_stream(s, ctx: StreamContext) -> StreamTraffic:
 def _replayed(s, ctx: StreamContext) -> StreamTraffic:
     spec = s.trace
     tr = read_trace(spec, ctx.resolve(spec.path), f"{ctx.field}.trace.path")
+    rows_read = len(tr)
     t = tr.arrival
     keep = t >= spec.start_s
     if spec.duration_s is not None:
@@ -91,25 +96,26 @@ def _replayed(s, ctx: StreamContext) -> StreamTraffic:
     if not len(tr):
         raise ScenarioError(str(ctx.resolve(spec.path)), f"{ctx.field}.trace",
                             "no requests in the chosen window (start_s, duration_s)")
-    t = rescale_times(tr.arrival, spec.time_scale, spec.rate)
+    closed = s.arrival.process == "closed"  # users send the trace's requests in order
+    t = np.zeros(len(tr)) if closed else _rescaled(tr.arrival, spec, ctx, f"{ctx.field}.trace")
     prompt = tr.prompt_len
     offsets = hashes = None
     if spec.format == "mooncake":
         offsets, hashes = block_hashes.mooncake_blocks(
             tr.hash_offsets, tr.hash_ids, prompt, spec.hash_block_size, ctx.block_size)
     traffic = StreamTraffic(t, prompt, tr.output_len, offsets, hashes, notes=tr.notes)
-    traffic = _with_system_prompts(s, ctx, traffic)
-    return _cut(traffic, None, ctx.duration_s)
+    traffic = _cut(_with_system_prompts(s, ctx, traffic), None, ctx.duration_s)
+    end = None if spec.duration_s is None else spec.start_s + spec.duration_s
+    _record(ctx, f"{ctx.field}.trace", spec, rows_read, traffic.arrival, window_s=[spec.start_s, end],
+            time_scale=spec.time_scale, rate=spec.rate)
+    return traffic
 
 
 def _generated(s, ctx: StreamContext) -> StreamTraffic:
     t = _arrivals(s, ctx, ctx.num_requests)
     n = len(t)
-    notes = ((f"{ctx.field}.arrival: closed-loop requests all arrive at 0 in this simulation "
-              "(placeholders); servesim loadgen and validate --endpoint run the loop",)
-             if s.arrival.process == "closed" else ())
     traffic = StreamTraffic(t, _lengths(s, ctx, "prompt_len", n, ctx.rng(PROMPTS)),
-                            _lengths(s, ctx, "output_len", n, ctx.rng(OUTPUTS)), notes=notes)
+                            _lengths(s, ctx, "output_len", n, ctx.rng(OUTPUTS)))
     return _with_system_prompts(s, ctx, traffic)
 
 
@@ -127,13 +133,19 @@ def _conversations(s, ctx: StreamContext) -> StreamTraffic:
         start = _arrivals(s, ctx, num_sessions)
         system = _pick_system_prompts(prefix, len(start), ctx)
         system_len = np.full(len(start), prefix.length if prefix else 0, dtype=np.int64)
-        turns = conversation_turns(
-            conv, start, system_len, prompt_spec=s.prompt_len, output_spec=s.output_len,
-            turns_rng=ctx.rng(TURNS), think_rng=ctx.rng(THINK_TIMES),
-            prompt_rng=ctx.rng(PROMPTS), output_rng=ctx.rng(OUTPUTS), empirical=empirical)
+        try:
+            turns = conversation_turns(
+                conv, start, system_len, prompt_spec=s.prompt_len, output_spec=s.output_len,
+                turns_rng=ctx.rng(TURNS), think_rng=ctx.rng(THINK_TIMES),
+                prompt_rng=ctx.rng(PROMPTS), output_rng=ctx.rng(OUTPUTS), empirical=empirical)
+        except TooManyTurns as e:
+            raise ScenarioError(ctx.source, f"{ctx.field}.conversations.turns", str(e)) from None
         exhausted = num_sessions is None or len(start) < num_sessions  # e.g. a short trace
         if exhausted or (len(turns.arrival) >= n
                          and np.sort(turns.arrival)[n - 1] <= start[-1]):
+            break
+        if num_sessions * 2 > MAX_REQUESTS:  # no room to draw more sessions: keep these
+            turns = turns if len(turns.arrival) >= n else None
             break
         num_sessions *= 2
     else:
@@ -157,22 +169,22 @@ def _conversations(s, ctx: StreamContext) -> StreamTraffic:
 # -- pieces ----------------------------------------------------------------------------------
 def _arrivals(s, ctx: StreamContext, num_requests: int | None) -> np.ndarray:
     a = s.arrival
-    if a.process == "closed":
-        # Placeholder times (0): a closed loop's sends depend on completions. The load
-        # generator and endpoint validation run it (issue 14); the simulator's own closed
-        # loop replaces this on main.
-        if num_requests is None:
-            raise ScenarioError(ctx.source, f"{ctx.field}.num_requests",
-                                "a closed loop needs num_requests")
+    if a.process == "closed":  # sent when users are ready: the loop sets the times
         return np.zeros(num_requests)
     if a.process == "trace":
         tr = read_trace(a, ctx.resolve(a.path), f"{ctx.field}.arrival.path")
-        t = rescale_times(tr.arrival, a.time_scale, a.rate)
+        t = _rescaled(tr.arrival, a, ctx, f"{ctx.field}.arrival")
         if ctx.duration_s is not None:
             t = t[t < ctx.duration_s]
         if num_requests is not None:
             t = t[:num_requests]
+        _record(ctx, f"{ctx.field}.arrival", a, len(tr), t, time_scale=a.time_scale, rate=a.rate)
         return t
+    if num_requests is None and a.rate * ctx.duration_s > MAX_REQUESTS:
+        raise ScenarioError(ctx.source, f"{ctx.field}.duration_s",
+                            f"{ctx.duration_s:g} s at {a.rate:g} requests/s is about "
+                            f"{a.rate * ctx.duration_s:,.0f} requests; at most {MAX_REQUESTS:,} "
+                            "fit in one run")
     return arrival_times(a.process, a.rate, ctx.rng(ARRIVALS), num_requests=num_requests,
                          duration_s=ctx.duration_s, cv=getattr(a, "cv", 1.0))
 
@@ -181,7 +193,32 @@ def _empirical(spec, field: str, ctx: StreamContext) -> np.ndarray | None:
     if spec.dist != "empirical":
         return None
     tr: Trace = read_trace(spec, ctx.resolve(spec.path), f"{field}.path")
+    _record(ctx, field, spec, len(tr), None, column=spec.column)
     return tr.prompt_len if spec.column in ("ContextTokens", "prompt_len") else tr.output_len
+
+
+def _rescaled(arrival: np.ndarray, spec, ctx: StreamContext, field: str) -> np.ndarray:
+    """Trace times stretched by ``time_scale`` or rescaled to ``rate``; a rate needs a span."""
+    if spec.rate is not None and (len(arrival) < 2 or arrival[-1] == arrival[0]):
+        raise ScenarioError(str(ctx.resolve(spec.path)), f"{field}.rate",
+                            f"the {len(arrival)} request(s) replayed all arrive at one instant, so "
+                            "there is no rate to rescale; drop rate or replay more of the trace")
+    return rescale_times(arrival, spec.time_scale, spec.rate)
+
+
+def _record(ctx: StreamContext, where: str, spec, rows_read: int, arrival: np.ndarray | None,
+            **applied) -> None:
+    """Note what a trace file gave this stream, for the run's summary."""
+    path = ctx.resolve(spec.path)
+    entry = {"field": where, "path": str(path), "sha256": inputs.sha256(path), "format": spec.format,
+             "rows_read": rows_read, **applied}
+    if arrival is not None:
+        span = float(arrival[-1] - arrival[0]) if len(arrival) else 0.0
+        entry.update(rows_used=len(arrival), span_s=span,
+                     mean_rate=(len(arrival) - 1) / span if span > 0 else None)
+    else:
+        entry["rows_used"] = "sampled with replacement"
+    ctx.traces[where] = entry
 
 
 def _lengths(s, ctx: StreamContext, field: str, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -208,7 +245,7 @@ def _with_system_prompts(s, ctx: StreamContext, traffic: StreamTraffic) -> Strea
     n = len(traffic)
     system = _pick_system_prompts(prefix, n, ctx)
     offsets, hashes = block_hashes.system_prompt_blocks(
-        ctx.class_index, system, prefix.length // ctx.block_size, prefix.num_prompts)
+        ctx.class_index, system, prefix.length // ctx.block_size)
     return StreamTraffic(traffic.arrival, traffic.prompt_len + prefix.length, traffic.output_len,
                          offsets, hashes, traffic.session, traffic.notes)
 

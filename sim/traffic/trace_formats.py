@@ -35,7 +35,7 @@ def read_trace(spec, path: str | Path, field: str = "workload.trace.path") -> Tr
     if fmt == "burstgpt":
         return read_burstgpt_trace(path, field, model=spec.model)
     if fmt == "mooncake":
-        return read_mooncake_trace(path, field)
+        return read_mooncake_trace(path, field, getattr(spec, "hash_block_size", None))
     cols = spec.columns
     columns = (cols.arrival, cols.prompt_len, cols.output_len)
     return read_mapped_trace(path, field, fmt, columns, time_unit=spec.time_unit,
@@ -94,6 +94,8 @@ def read_jsonl(path: Path, keys: tuple[str, ...], field: str
                 except json.JSONDecodeError as e:
                     raise TraceError(source, f"line {number}, column {e.colno}",
                                      f"not valid JSON: {e.msg}") from None
+                except RecursionError:
+                    raise TraceError(source, f"line {number}", "not valid JSON: nested too deeply") from None
                 if not isinstance(record, dict):
                     raise TraceError(source, f"line {number}",
                                      f"expected a JSON object, got {type(record).__name__}")
@@ -111,9 +113,11 @@ def read_jsonl(path: Path, keys: tuple[str, ...], field: str
 
 
 # -- Mooncake --------------------------------------------------------------------------------
-def read_mooncake_trace(path: str | Path, field: str = "workload.trace.path") -> Trace:
+def read_mooncake_trace(path: str | Path, field: str = "workload.trace.path",
+                        hash_block_size: int | None = None) -> Trace:
     """Mooncake JSONL: ``timestamp`` (ms), ``input_length``, ``output_length`` and
-    ``hash_ids``, one id per hash block of the prompt (512 tokens in the published traces)."""
+    ``hash_ids``, one id per hash block of the prompt (512 tokens in the published traces).
+    With ``hash_block_size``, every line must list ceil(input_length / hash_block_size) ids."""
     path = check_file(path, field)
     source = str(path)
     v, lines = read_jsonl(path, MOONCAKE_KEYS, field)
@@ -125,12 +129,29 @@ def read_mooncake_trace(path: str | Path, field: str = "workload.trace.path") ->
             raise TraceError(source, f"hash_ids (line {line})",
                              f"expected a list of whole numbers, got {ids!r}")
     counts = np.fromiter((len(ids) for ids in v["hash_ids"]), dtype=np.int64, count=len(lines))
+    if hash_block_size is not None:
+        _check_coverage(counts, prompt, hash_block_size, source, field, lines)
     flat = [x for ids in v["hash_ids"] for x in ids]
     try:
         hash_ids = np.asarray(flat, dtype=np.int64)
     except OverflowError:
         raise TraceError(source, "hash_ids", "ids must fit in 64 bits") from None
     return Trace(seconds, prompt, output, offsets_from_counts(counts), hash_ids).sorted()
+
+
+def _check_coverage(counts: np.ndarray, prompt: np.ndarray, block: int, source: str, field: str,
+                    lines: np.ndarray) -> None:
+    """Each line's hash ids cover its prompt exactly: one id per ``block`` tokens, the last
+    block possibly partial."""
+    expected = -(-prompt // block)
+    bad = counts != expected
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        size_field = field.rsplit(".", 1)[0] + ".hash_block_size"
+        raise TraceError(source, f"hash_ids (line {lines[i]})",
+                         f"{counts[i]} id(s) for input_length {prompt[i]}; expected "
+                         f"{expected[i]} (one per {block} tokens, {size_field}: {block}); "
+                         f"{int(bad.sum())} line(s) disagree")
 
 
 # -- generic CSV / JSONL ---------------------------------------------------------------------

@@ -15,10 +15,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from sim import inputs
 from sim.errors import InputError, TraceError
 from sim.traffic.ragged import take_rows
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+MAX_TOKENS = 2**31 - 1  # the schema's bound on token counts
 
 
 @dataclass(frozen=True)
@@ -51,10 +53,8 @@ class Trace:
 
 # -- checks shared by the readers ------------------------------------------------------------
 def check_file(path: str | Path, field: str) -> Path:
-    path = Path(path)
-    if not path.is_file():
-        raise TraceError(str(path), field, "trace file not found")
-    return path
+    """The trace file, if it is one (not a folder, not a Git LFS pointer)."""
+    return inputs.check_file(path, field, TraceError, "trace file")
 
 
 def read_csv(path: Path, field: str | None, required: tuple[str, ...] | list[str], *,
@@ -64,7 +64,10 @@ def read_csv(path: Path, field: str | None, required: tuple[str, ...] | list[str
     raise ``error`` naming the file and ``field``."""
     try:
         df = pd.read_csv(path)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+    except UnicodeDecodeError:
+        inputs.read_text(path, field, error, "CSV file")  # says where the bad byte is
+        raise
+    except (pd.errors.ParserError, pd.errors.EmptyDataError) as e:
         raise error(str(path), field, f"not a readable CSV: {e}") from None
     missing = [c for c in required if c not in df.columns]
     if missing:
@@ -86,26 +89,35 @@ def _first_bad(bad: np.ndarray, raw, lines: np.ndarray) -> tuple[int, object]:
     return int(lines[i]), raw[i]
 
 
+def _numbers(raw) -> tuple[np.ndarray, np.ndarray]:
+    """Values as float64 (NaN where not a number) and the raw values as objects. JSON's
+    ``true``/``false`` are not numbers (numpy would read them as 1 and 0)."""
+    is_bool = [isinstance(x, bool) for x in raw] if isinstance(raw, list) else None
+    raw = np.asarray(raw, dtype=object)
+    vals = pd.to_numeric(pd.Series(raw), errors="coerce").to_numpy(dtype=np.float64)
+    if is_bool is not None and any(is_bool):
+        vals[np.asarray(is_bool)] = np.nan
+    return vals, raw
+
+
 def token_counts(raw, source: str, column: str, lines: np.ndarray, *, allow_zero: bool = False
                  ) -> np.ndarray:
     """Whole token counts (≥ 1, or ≥ 0 with ``allow_zero``) as int64."""
-    raw = np.asarray(raw, dtype=object)
-    vals = pd.to_numeric(pd.Series(raw), errors="coerce").to_numpy(dtype=np.float64)
+    vals, raw = _numbers(raw)
     lo = 0 if allow_zero else 1
-    bad = ~np.isfinite(vals) | (vals < lo) | (vals != np.floor(vals))
+    bad = ~np.isfinite(vals) | (vals < lo) | (vals != np.floor(vals)) | (vals > MAX_TOKENS)
     if bad.any():
         line, got = _first_bad(bad, raw, lines)
         what = "non-negative" if allow_zero else "positive"
         raise TraceError(source, f"{column} (line {line})",
-                         f"expected a {what} whole number of tokens, got {got!r}")
+                         f"expected a {what} whole number of tokens (below 2**31), got {got!r}")
     return vals.astype(np.int64)
 
 
 def seconds_from_numbers(raw, scale: float, source: str, column: str, lines: np.ndarray
                          ) -> np.ndarray:
     """Numeric timestamps times ``scale`` (e.g. 1e-3 for milliseconds) as float64 seconds."""
-    raw = np.asarray(raw, dtype=object)
-    vals = pd.to_numeric(pd.Series(raw), errors="coerce").to_numpy(dtype=np.float64)
+    vals, raw = _numbers(raw)
     bad = ~np.isfinite(vals)
     if bad.any():
         line, got = _first_bad(bad, raw, lines)

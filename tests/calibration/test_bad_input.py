@@ -73,6 +73,7 @@ def test_a_profile_of_another_model_in_a_plain_run(quick_profile, tmp_path, caps
     (["calibrate", "--model", "no-such-model"], "unknown model"),
     (["calibrate", "--repeats", "0"], "--repeats"),
     (["calibrate", "--no-ops", "--no-step"], "nothing left to measure"),
+    (["calibrate", "--seed", "-1"], "--seed: expected a whole number from 0 to 2**63 - 1"),
 ])
 def test_bad_calibrate_options(args, words, tmp_path, capsys):
     assert main([*args, "--out", str(tmp_path / "p.json")]) == 2
@@ -100,3 +101,25 @@ def test_cuda_without_a_gpu(quick_profile, scenario, tmp_path, capsys):
     assert "cuda requested but no CUDA device" in _err(capsys)
     assert _validate(scenario, quick_profile, tmp_path, "--device", "cuda") == 2
     assert "cuda requested but no CUDA device" in _err(capsys)
+
+
+def test_output_locations_are_checked_before_measuring(quick_profile, scenario, tmp_path, capsys):
+    (tmp_path / "file").write_text("x")
+    assert main(["calibrate", "--quick", "--out", str(tmp_path)]) == 2
+    assert "is a folder; expected the profile's file name" in _err(capsys)
+    assert main(["calibrate", "--quick", "--out", str(tmp_path / "file" / "p.json")]) == 2
+    assert "--out" in _err(capsys)
+    assert main(["validate", str(scenario), "--profile", str(quick_profile), "--out",
+                 str(tmp_path / "file")]) == 2
+    assert "file: --out: exists and is not a folder" in _err(capsys)
+    assert main(["validate", str(scenario), "--profile", str(tmp_path), "--out", str(tmp_path / "v")]) == 2
+    assert "--profile: is a folder; expected a profile file" in _err(capsys)
+
+
+def test_import_vidur_options(tmp_path, capsys):
+    args = ["import-vidur", "--model", "llama-2-7b", "--out", str(tmp_path / "p.json")]
+    assert main([*args, "--mlp", str(tmp_path)]) == 2
+    assert "is a folder; expected a Vidur CSV file" in _err(capsys)
+    (tmp_path / "mlp.csv").write_text("num_tokens,num_tensor_parallel_workers\n1,1\n")
+    assert main([*args, "--mlp", str(tmp_path / "mlp.csv"), "--overhead-s", "nan"]) == 2
+    assert "--overhead-s: expected seconds ≥ 0, got nan" in _err(capsys)

@@ -56,9 +56,10 @@ def test_profiled_cost_prices_steps_in_both_modes(quick_profile):
     for mode in ("step", "ops"):
         cost = ProfiledCost(p, roof, mode=mode)
         assert 0 < cost.step_time(small) < cost.step_time(big) < 1.0
-        assert cost.warnings() == []
-        cost.step_time(shape_of([Row(0, 4 * p.grid["max_tokens"])]))  # beyond the grid
-        assert any("extrapolated" in w for w in cost.warnings())
+        _, flags = cost.price(np.concatenate([small.vectors(), big.vectors()]))
+        assert not flags.any()  # inside the measured range
+        _, flags = cost.price(shape_of([Row(0, 4 * p.grid["max_tokens"])]).vectors())  # beyond the grid
+        assert flags.any()
 
 
 def test_measurements_are_medians_of_interleaved_runs():

@@ -1,9 +1,22 @@
+import heapq
+
 import numpy as np
 
-from endpoint.simulate import closed_sends, simulate_measured
+from endpoint.simulate import simulate_measured
 from sim.pricing.profile import Device, LinearFit, Ops, Profile, Table, save_profile
 from sim.scenario.schema import scenario_from_dict
 from sim.traffic import build_workload
+
+
+def closed_sends(completion: np.ndarray, users: int, think_s: float) -> np.ndarray:
+    """The closed-loop rule: requests in order, each to the first user free again (its
+    previous request completed, plus the think time)."""
+    free = [0.0] * users
+    out = np.empty(len(completion))
+    for k in range(len(completion)):
+        out[k] = heapq.heappop(free)
+        heapq.heappush(free, float(completion[k]) + think_s)
+    return out
 
 
 def test_closed_sends_take_requests_in_order():
@@ -41,12 +54,13 @@ def test_request_overhead_adds_to_ttft_and_e2e_only(tmp_path):
     np.testing.assert_allclose(b["tpot"], a["tpot"])
 
 
-def test_closed_loop_fixed_point_is_self_consistent(tmp_path):
+def test_closed_loop_with_request_overhead_follows_the_rule(tmp_path):
     sc = scenario(profile(tmp_path, 0.01), {"process": "closed", "concurrency": 3, "think_time_s": 0.1})
     w = build_workload(sc)
-    assert (w.arrival == 0).all()  # placeholders until the loop runs
     r = simulate_measured(sc, w, w.arrival, closed=3, think_s=0.1).requests
     sends = r["arrival"].to_numpy()
-    done = sends + r["e2e"].to_numpy()
-    np.testing.assert_allclose(sends, closed_sends(done, 3, 0.1), atol=1e-9)
-    assert (sends[:3] == 0).all() and (sends[3:] > 0).all()
+    t0 = sends[0]  # the first wave (the users start together)
+    done = sends + r["e2e"].to_numpy()  # when each user has its answer
+    np.testing.assert_allclose(sends - t0, closed_sends(done - t0, 3, 0.1), atol=1e-9)
+    assert (sends[:3] == t0).all() and (sends[3:] > t0).all()
+    assert (r["ttft"] > 0.01).all()  # the overhead counts in TTFT

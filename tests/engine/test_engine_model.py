@@ -135,6 +135,17 @@ def test_bf16_random_model_runs():
     assert torch.allclose(logits[0], ref, atol=0.1, rtol=0.05)  # bf16 vs fp32 weights
 
 
+def test_random_weights_are_the_same_in_every_dtype():
+    """bf16/fp16 random weights are the fp32 ones rounded, for sizes that are not multiples of
+    16 too (PyTorch's own ``normal_`` differs by dtype there, and by CPU build elsewhere)."""
+    spec = replace(get_model("tiny-llama"), hidden_size=72, num_heads=4, num_kv_heads=2,
+                   intermediate_size=99, vocab_size=251)
+    ref = dict(random_model(spec, seed=2).named_parameters())
+    for dtype in (torch.bfloat16, torch.float16):
+        for name, p in random_model(spec, seed=2, dtype=dtype).named_parameters():
+            assert torch.equal(p, ref[name].to(dtype)), (dtype, name)
+
+
 def test_random_init_is_seeded():
     a, b = random_model("tiny-llama", seed=3), random_model("tiny-llama", seed=3)
     c = random_model("tiny-llama", seed=4)

@@ -65,3 +65,16 @@ def test_execute_refuses_what_the_engine_cannot_run(tmp_path, scenario_file, cap
     assert code == 2
     err = capsys.readouterr().err
     assert "replicas" in err and "one replica" in err
+
+
+def test_prepare_sizes_graphs_and_warmup_from_the_scheduler(scenario_file, capsys):
+    from engine.execute import EngineSetup, prepare
+    from sim.scenario.schema import load_scenario
+
+    scenario = load_scenario(str(scenario_file), [])
+    _, ex = prepare(scenario, EngineSetup(graphs="pad"))
+    ladder = ex.graph_runner.ladder
+    assert ladder.max_seqs == 8 and ladder.largest.tokens == 64  # max_num_seqs, chunk_size
+    assert ex.last_warmup.prefill_lengths[-1] == 64
+    assert ex.graph_runner.visited == set(ex.graph_runner.keys)
+    assert "engine warm-up: " in capsys.readouterr().err

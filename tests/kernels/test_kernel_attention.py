@@ -134,3 +134,61 @@ def test_triton_prefill_heavy_batch():
     args, _, _ = make_batch(specs, 4, 2, 32, 8, torch.float16, seed=5)
     ref = kernels.paged_attention(*args, 0.2, impl="torch")
     assert_close(kernels.paged_attention(*args, 0.2, impl="triton"), ref)
+
+
+# ----------------------------------------------------------------------------- split-KV
+
+
+def test_split_rule_on_batch_heads_and_context():
+    """Llama-3-8B on an H100 (8 kv heads, 132 SMs): one decode row at 8k context gets 64
+    splits, at 1k 8 (no split shorter than 128 keys); 128 rows fill the GPU unsplit."""
+    from kernels.attention import SPLIT_CHOICES, choose_num_splits, num_programs, query_block
+
+    def splits(batch, context, sms=132):
+        bm = query_block(batch, batch, 4)
+        return choose_num_splits(num_programs(batch, batch, 8, bm, 4), context, sms)
+
+    assert splits(1, 8192) == 64 and splits(1, 1024) == 8 and splits(1, 100) == 1
+    assert splits(128, 8192) == 1 and splits(8, 8192) == 4
+    assert splits(1, 8192, sms=None) == 1  # a CPU
+    assert choose_num_splits(8, None, 132) == 64  # context unknown: by the batch alone
+    for sms in (16, 132):
+        prev = 64
+        for batch in (1, 2, 4, 8, 16, 32, 64, 128, 256):
+            s = splits(batch, 8192, sms)
+            assert s in SPLIT_CHOICES and s <= prev  # more rows, fewer splits
+            prev = s
+
+
+@requires_triton
+@pytest.mark.parametrize("splits", [2, 8, 64])
+def test_split_kv_long_context_matches_reference(splits):
+    """Split-KV on a few decode rows over long contexts (and a short one: most splits see no
+    key), a prefill chunk beside them, and a padding token owned by no sequence."""
+    specs = [(1500, 1), (40, 1), (700, 9), (1023, 1)]
+    args, _, _ = make_batch(specs, 4, 2, 16, 16, torch.float32, seed=splits, pad_rows=1)
+    ref = kernels.paged_attention(*args, 0.25, impl="torch")
+    out = kernels.paged_attention(*args, 0.25, impl="triton", num_splits=splits)
+    assert_close(out, ref)
+    assert torch.equal(out[-1], torch.zeros_like(out[-1]))
+
+
+@requires_triton
+def test_split_rule_drives_the_kernel(monkeypatch):
+    """With the GPU's SM count the rule splits one long decode row; the result is unchanged."""
+    from kernels import attention
+
+    seen = []
+    real = attention.launch
+
+    def spy(fn, grid, *a, **kw):
+        seen.append((fn.__name__, grid))
+        real(fn, grid, *a, **kw)
+
+    monkeypatch.setattr(attention, "sm_count", lambda device: 132)
+    monkeypatch.setattr(attention, "launch", spy)
+    args, _, _ = make_batch([(2047, 1)], 4, 2, 16, 16, torch.float32, seed=1)
+    ref = kernels.paged_attention(*args, 0.25, impl="torch")
+    assert_close(kernels.paged_attention(*args, 0.25, impl="triton", max_context=2048), ref)
+    assert seen[0] == ("_paged_attention_kernel", (1, 2, 16))  # 2048 keys / 128 per split
+    assert seen[1][0] == "_combine_splits_kernel"

@@ -2,10 +2,9 @@
 
 import pytest
 import torch
-from kernel_testutils import requires_triton
 
 import kernels
-from kernels import activation, attention, kv_cache, norm, rotary, sampling
+from kernels import activation, attention, dispatch, kv_cache, norm, rotary, sampling
 from kernels.dispatch import select_impl
 
 
@@ -15,13 +14,20 @@ def test_auto_and_torch_pick_reference_on_cpu():
     assert select_impl("torch", x) == "torch"
 
 
-@requires_triton
+@pytest.mark.skipif(not kernels.HAS_TRITON, reason="needs triton")
 def test_triton_on_cpu_needs_interpreter(monkeypatch):
+    """CPU tensors run Triton only when the interpreter was on when Triton was imported (as
+    in the CPU test runs); asking for it later, or not at all, is refused with the reason."""
     x = torch.zeros(2, 4)
+    monkeypatch.setattr(dispatch, "_INTERPRETED_AT_IMPORT", True)
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     assert select_impl("triton", x) == "triton"
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     with pytest.raises(RuntimeError, match="TRITON_INTERPRET"):
+        select_impl("triton", x)
+    monkeypatch.setattr(dispatch, "_INTERPRETED_AT_IMPORT", False)  # a GPU run: compiled mode
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    with pytest.raises(RuntimeError, match="imported in compiled mode"):
         select_impl("triton", x)
 
 

@@ -62,15 +62,18 @@ def test_triton_matches_reference_many_rows_small_vocab():
 
 @pytest.mark.parametrize("impl", IMPLS)
 def test_greedy_equivalents(impl):
-    """temperature 0, top_k=1 and tiny top_p all give argmax, whatever the seed."""
+    """temperature 0 and top_k=1 give argmax (first index among ties) whatever the seed, so
+    whatever device draws the noise; tiny top_p gives one of the tied maxima."""
     g = torch.Generator().manual_seed(1)
     logits = torch.randn(6, 50, generator=g).to(DEV)
     logits[0, 7] = logits[0, 30] = logits[0].max() + 1.0  # tie: first index wins
     argmax = logits.argmax(-1)
     assert argmax[0] == 7
-    for temps, ks, ps in [([0.0] * 6, [0] * 6, [1.0] * 6), ([1.0] * 6, [1] * 6, [1.0] * 6)]:
-        out = kernels.sample(logits, *_params(temps, ks, ps), generator=_gen(3), impl=impl)
-        assert torch.equal(out, argmax)
+    for temps, ks, ps in [([0.0] * 6, [0] * 6, [1.0] * 6), ([1.0] * 6, [1] * 6, [1.0] * 6),
+                          ([0.7] * 6, [1] * 6, [0.5] * 6)]:
+        for seed in range(8):
+            out = kernels.sample(logits, *_params(temps, ks, ps), generator=_gen(seed), impl=impl)
+            assert torch.equal(out, argmax), (temps[0], ks[0], seed)
     out = kernels.sample(logits, *_params([1.0] * 6, [0] * 6, [1e-7] * 6), generator=_gen(3), impl=impl)
     assert torch.equal(out[1:], argmax[1:])  # row 0 has a tie at the top: either is allowed
     assert out[0] in (7, 30)
@@ -139,3 +142,16 @@ def test_reference_distribution_and_temperature():
         freq = torch.bincount(out, minlength=4).float() / b
         expect = (logits / temp).softmax(0)
         assert (freq - expect).abs().max() < 0.015, (temp, freq, expect)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="mixing devices needs a CUDA device")
+def test_parameters_and_generator_on_another_device_than_the_logits():
+    """Logits on the CPU with parameters and generator on CUDA, and the other way round."""
+    logits = torch.randn(5, 64, generator=torch.Generator().manual_seed(2))
+    for lg, par in [("cpu", "cuda"), ("cuda", "cpu")]:
+        params = (torch.ones(5, device=par), torch.zeros(5, dtype=torch.int64, device=par),
+                  torch.ones(5, device=par))
+        out = kernels.sample(logits.to(lg), *params, generator=torch.Generator(device=par).manual_seed(0))
+        assert out.device.type == lg and out.shape == (5,)
+        greedy = kernels.sample(logits.to(lg), torch.zeros(5, device=par), *params[1:])
+        assert torch.equal(greedy.cpu(), logits.argmax(-1))

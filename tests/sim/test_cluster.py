@@ -8,7 +8,6 @@ import pandas as pd
 import pytest
 
 from sim.core.plan import StepShape
-from sim.loops.cluster import Cluster
 from sim.loops.run import simulate
 from sim.pricing import make_cost_model
 from sim.scenario.memory import memory_budget
@@ -87,17 +86,20 @@ def test_layerwise_overlap_hides_the_transfer_behind_the_prefill():
 
 
 def test_transfer_time_scales_with_tensor_parallel_senders():
-    import simpy
-
+    from sim.core.calls import CoreCalls
     from sim.core.requests import RequestTable
+    from sim.core.state import build_core
 
-    s = scenario(**DISAGG, **LONE)
-    t = RequestTable(np.zeros(1), np.array([1000]), np.array([5]))
-    t.num_computed[0] = 1000
-    c = Cluster(simpy.Environment(), s, t, lambda i: None)
-    one = c.transfer_time(0, 0.0, 1) - 30e-6
-    two = c.transfer_time(0, 0.0, 2) - 30e-6
-    assert two == pytest.approx(one / 2)
+    def wire(tp: int) -> float:
+        s = scenario(disaggregation={"prefill": {"count": 1, "hardware": {"tp": tp}}, "decode": {"count": 1},
+                                     "link": {"type": "ethernet"}}, **LONE)
+        t = RequestTable(np.zeros(1), np.array([1000]), np.array([5]))
+        t.num_computed[0] = 1000
+        calls = CoreCalls(build_core(s, t))
+        t.source[0] = 0  # handed over by the prefill replica's engine
+        return calls.transfer_time(0) - 30e-6
+
+    assert wire(2) == pytest.approx(wire(1) / 2)
 
 
 def test_decode_admission_waits_for_blocks():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.loops.executor import StepResult
+from sim.core.plan import StepResult
 from sim.loops.run import simulate
 from sim.pricing import CostModelExecutor, make_cost_model
 from tests.sim.helpers import scenario

@@ -5,8 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from sim.core.requests import RequestTable
+from sim.core.standalone import Standalone
 from sim.loops.run import simulate
-from sim.scenario.memory import BlockAllocator
+from sim.scenario.schema import Scheduler
 from tests.sim.helpers import scenario
 
 SHARED = {"workload__shared_prefix": {"num_prompts": 4, "length": 1600, "popularity": "uniform"},
@@ -34,22 +36,29 @@ def test_prefix_caching_cuts_ttft_on_a_shared_prompt_workload():
     assert base["prefix_hit_rate"] == 0
 
 
+def run_alone(engine: Standalone, rid: int) -> None:
+    """Serve ``rid`` alone from arrival to its last token."""
+    engine.add(rid)
+    while engine.schedule() is not None:
+        engine.commit()
+
+
 def test_lru_eviction_keeps_the_recently_used_prefix():
-    a = BlockAllocator(num_blocks=4, block_size=16, prefix_caching=True)
-    for ids in ([1, 2], [3, 4]):
-        a.allocate(2)
-        assert a.insert(ids) == 2
-        a.drop(ids)  # the request finished: cached, unreferenced, evictable
-    assert a.free == 0 and a.available == 4
-    assert a.cached_prefix(np.array([1, 2])) == 2
-    a.acquire([1, 2])
-    a.drop([1, 2])  # [1, 2] is now the most recently used
-    a.allocate(2)  # needs room: evicts the least recently used, [3, 4]
-    assert a.cached_prefix(np.array([3, 4])) == 0
-    assert a.cached_prefix(np.array([1, 2])) == 2
-    with pytest.raises(RuntimeError):
-        a.acquire([1, 2])
-        a.allocate(1)  # nothing evictable: the cached blocks are pinned
+    # Six blocks of 16 tokens. A and B cache two prompt blocks each; A's come back into use,
+    # so a request needing four blocks evicts B's (the least recently used) and keeps A's.
+    prompts = {"A": ([1, 2], 33), "B": ([3, 4], 33), "A again": ([1, 2], 33), "C": ([], 64),
+               "B again": ([3, 4], 33), "A third": ([1, 2], 33)}
+    ids = [x for blocks, _ in prompts.values() for x in blocks]
+    offsets = np.cumsum([0] + [len(blocks) for blocks, _ in prompts.values()])
+    t = RequestTable(np.zeros(len(prompts)), np.array([n for _, n in prompts.values()]), np.ones(len(prompts)))
+    t.set_prefix_ids(offsets, ids)
+    engine = Standalone(Scheduler(prefix_caching=True, watermark=0.0), t, num_blocks=6, block_size=16,
+                        max_model_len=4096)
+    for rid in range(len(prompts)):
+        run_alone(engine, rid)
+    assert (t.status == 3).all()  # all finished
+    assert dict(zip(prompts, t.cached_tokens.tolist(), strict=True)) == {
+        "A": 0, "B": 0, "A again": 32, "C": 0, "B again": 0, "A third": 32}
 
 
 def test_a_finished_requests_prefix_serves_the_next_one():
@@ -75,20 +84,15 @@ def test_prefix_affinity_routes_a_prefix_to_one_replica():
 
 
 def test_a_fully_cached_prompt_still_computes_its_last_token():
-    from sim.core.policies import make_policy
-    from sim.core.requests import RequestTable
-    from sim.scenario.schema import Scheduler
-
     t = RequestTable(np.zeros(2), np.array([64, 64]), np.array([4, 4]))
-    t.prefix_offsets = np.array([0, 4, 8])
-    t.prefix_hashes = np.array([7, 8, 9, 10, 7, 8, 9, 10])  # both prompts: 4 identical blocks
-    blocks = BlockAllocator(100, 16, prefix_caching=True)
-    policy = make_policy(Scheduler(prefix_caching=True), t, blocks, 4096)
-    policy.add(0)
-    plan = policy.schedule(0.0)
-    policy.commit(plan)
-    policy.add(1)
-    plan = policy.schedule(0.0)
-    assert plan.req_ids.tolist() == [1]
-    assert plan.num_computed.tolist() == [48] and plan.num_new_tokens.tolist() == [16]
+    t.set_prefix_ids([0, 4, 8], [7, 8, 9, 10, 7, 8, 9, 10])  # both prompts: 4 identical blocks
+    engine = Standalone(Scheduler(prefix_caching=True), t, num_blocks=100, block_size=16, max_model_len=4096)
+    engine.add(0)
+    engine.schedule()
+    engine.commit()
+    engine.add(1)
+    plan = engine.schedule()
+    assert plan.req_ids.tolist() == [0, 1] or plan.req_ids.tolist() == [1]
+    row = plan.req_ids.tolist().index(1)
+    assert plan.num_computed[row] == 48 and plan.num_new_tokens[row] == 16
     assert t.cached_tokens[1] == 48  # 3 of 4 blocks: the last token must be computed for logits

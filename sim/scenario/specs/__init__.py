@@ -1,7 +1,8 @@
 """Catalogs of model architectures and GPUs."""
 
 from sim.scenario.specs.gpus import GPU_CATALOG, GpuSpec, get_gpu
-from sim.scenario.specs.models import MODEL_CATALOG, ModelSpec, get_model, model_from_hf_config
+from sim.scenario.specs.hf_config import model_from_hf_config
+from sim.scenario.specs.models import MODEL_CATALOG, ModelSpec, get_model
 
 __all__ = [
     "GPU_CATALOG",

@@ -6,9 +6,7 @@ mixture-of-experts MLPs. Sizes come from the models' published ``config.json`` f
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
 
@@ -118,32 +116,3 @@ def get_model(name: str) -> ModelSpec:
     except KeyError:
         known = ", ".join(sorted(MODEL_CATALOG))
         raise KeyError(f"unknown model {name!r}; known models: {known}") from None
-
-
-def model_from_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
-    """Read a Hugging Face ``config.json`` (a file or the folder holding it)."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "config.json"
-    cfg = json.loads(path.read_text())
-    hidden = int(cfg["hidden_size"])
-    heads = int(cfg["num_attention_heads"])
-    torch_dtype = str(cfg.get("torch_dtype", "bfloat16"))
-    dtype = {"float32": "fp32", "float16": "fp16"}.get(torch_dtype, "bf16")
-    return ModelSpec(
-        name=name or cfg.get("_name_or_path") or path.parent.name,
-        num_layers=int(cfg["num_hidden_layers"]),
-        hidden_size=hidden,
-        num_heads=heads,
-        num_kv_heads=int(cfg.get("num_key_value_heads", heads)),
-        intermediate_size=int(cfg["intermediate_size"]),
-        vocab_size=int(cfg["vocab_size"]),
-        max_model_len=int(cfg.get("max_position_embeddings", 4096)),
-        head_dim=int(cfg.get("head_dim") or hidden // heads),
-        tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        rope_theta=float(cfg.get("rope_theta", 10000.0)),
-        norm_eps=float(cfg.get("rms_norm_eps", 1e-5)),
-        dtype=dtype,
-        num_experts=int(cfg.get("num_local_experts", 1)),
-        experts_per_token=int(cfg.get("num_experts_per_tok", 1)),
-    )

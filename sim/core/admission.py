@@ -1,0 +1,112 @@
+"""Admission: who joins an engine's batch from the head of its waiting queue, and who can never
+run there and is turned away with a reason."""
+
+from __future__ import annotations
+
+from sim.core import kvblocks as kv
+from sim.core import queues
+from sim.core.jit import jit, leaf
+from sim.core.outbox import emit
+from sim.core.requests import RejectReason, Status
+from sim.core.state import (
+    DONE,
+    P_BLOCK_SIZE,
+    P_MAX_LEN,
+    P_NUM_BLOCKS,
+    P_WATERMARK,
+    S_NRUN,
+    S_NWAIT,
+    S_PN,
+)
+
+WAITING, RUNNING, REJECTED = int(Status.WAITING), int(Status.RUNNING), int(Status.REJECTED)
+KV_CAPACITY = int(RejectReason.EXCEEDS_KV_CAPACITY)
+MAX_MODEL_LEN = int(RejectReason.EXCEEDS_MAX_MODEL_LEN)
+BATCH_TOKENS = int(RejectReason.EXCEEDS_BATCH_TOKENS)
+
+
+@jit
+def never_fits(c, e, rid):
+    """Why ``rid`` can never run on engine ``e`` (0: it can)."""
+    total = c.req.prompt_len[rid] + c.req.output_len[rid]
+    if total > c.ep[e, P_MAX_LEN]:
+        return MAX_MODEL_LEN
+    if kv.blocks_for(total, c.ep[e, P_BLOCK_SIZE]) > c.ep[e, P_NUM_BLOCKS]:
+        return KV_CAPACITY
+    return 0
+
+
+@leaf
+def reject(c, rid, reason):
+    c.req.status[rid] = REJECTED
+    c.req.reject_reason[rid] = reason
+    emit(c, rid, DONE)
+
+
+@leaf
+def add_row(c, e, rid, new):
+    pn = c.es[e, S_PN]
+    c.p_ids[e, pn] = rid
+    c.p_new[e, pn] = new
+    c.es[e, S_PN] = pn + 1
+
+
+@leaf
+def join_running(c, e, rid):
+    c.req.status[rid] = RUNNING
+    c.running[e, c.es[e, S_NRUN]] = rid
+    c.es[e, S_NRUN] += 1
+
+
+@jit
+def admit_waiting(c, e, token_budget, seq_budget, chunked, reserve_whole):
+    """Move requests from the head of the queue into the batch while they fit: seats, this
+    step's token budget (a whole prompt, or a chunk of it when ``chunked``), and KV blocks
+    (beyond the watermark). ``reserve_whole`` reserves blocks for prompt + output up front
+    (static batching). A preempted request whose prompt and output so far outgrew any step runs
+    alone. Returns how many joined."""
+    r = c.req
+    bs = c.ep[e, P_BLOCK_SIZE]
+    step_capacity = token_budget
+    room = kv.available(c, e) - c.ep[e, P_WATERMARK]
+    added = 0
+    while c.es[e, S_NWAIT] > 0 and token_budget > 0 and added < seq_budget:
+        q = queues.first_waiting(c, e)
+        rid = c.qhead[e, q]
+        reason = never_fits(c, e, rid)
+        if reason:
+            queues.pop_front(c, e, q)
+            reject(c, rid, reason)
+            continue
+        hit = kv.prefix_hit(c, e, rid)
+        computed = hit * bs
+        remaining = r.num_tokens[rid] - computed
+        n = min(remaining, token_budget) if chunked else remaining
+        if n > token_budget:
+            oversized = n > step_capacity
+            if oversized and r.num_generated[rid] == 0:  # a whole prompt larger than any step
+                queues.pop_front(c, e, q)
+                reject(c, rid, BATCH_TOKENS)
+                continue
+            if not (oversized and added == 0):
+                break  # wait for the next step's budget
+        reserve = r.prompt_len[rid] + r.output_len[rid] if reserve_whole else n
+        need = kv.blocks_for(computed + reserve, bs) - hit
+        pinned = kv.pin_cost(c, e, rid, hit) if hit else 0
+        if need + pinned > room:
+            break
+        queues.pop_front(c, e, q)
+        if hit:
+            kv.acquire_prefix(c, e, rid, hit)
+            if r.num_generated[rid] == 0:
+                r.cached_tokens[rid] = computed
+        kv.allocate(c, e, need)
+        room -= need + pinned
+        r.num_computed[rid] = computed
+        r.num_blocks[rid] = hit + need
+        r.cache_blocks[rid] = hit
+        join_running(c, e, rid)
+        add_row(c, e, rid, n)
+        added += 1
+        token_budget -= n
+    return added

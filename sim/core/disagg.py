@@ -1,0 +1,92 @@
+"""Prefill/decode disaggregation (DistServe, Splitwise, Mooncake): a request prefilled on a
+prefill replica moves its KV cache over a link to a decode replica, which first makes room for
+it (``admit_remote``); once the cache has arrived (``kv_arrived``) the prefill replica lets
+go of its copy and the request decodes where it landed. Its first token reaches the user then."""
+
+from __future__ import annotations
+
+from sim.core import kvblocks as kv
+from sim.core import queues
+from sim.core.admission import join_running, never_fits, reject
+from sim.core.commit import token_out
+from sim.core.jit import jit
+from sim.core.outbox import emit
+from sim.core.state import (
+    DROP_KV,
+    LK_BANDWIDTH,
+    LK_KV_BYTES,
+    LK_LATENCY,
+    LK_LAYERS,
+    LK_LAYERWISE,
+    P_BLOCK_SIZE,
+    P_MAX_SEQS,
+    P_SPEC_K,
+    P_TP,
+    P_WATERMARK,
+    S_NREMOTE,
+    S_NRUN,
+    S_NTRANSFER,
+    SEND_KV,
+)
+
+
+@jit
+def admit_remote(c, e):
+    """Reserve blocks for prefilled requests waiting to move here (oldest first), so their KV
+    cache can be sent; one that can never fit here is turned away."""
+    r = c.req
+    q = queues.remote_q(c)
+    room = kv.available(c, e) - c.ep[e, P_WATERMARK]
+    seats = c.ep[e, P_MAX_SEQS] - c.es[e, S_NRUN] - c.es[e, S_NTRANSFER]
+    while c.es[e, S_NREMOTE] > 0 and seats > 0:
+        rid = c.qhead[e, q]
+        reason = never_fits(c, e, rid)
+        if reason:
+            queues.pop_front(c, e, q)
+            reject(c, rid, reason)
+            emit(c, rid, DROP_KV)
+            continue
+        need = kv.blocks_for(r.num_computed[rid] + 1 + c.ep[e, P_SPEC_K], c.ep[e, P_BLOCK_SIZE])
+        if need > room:
+            break
+        queues.pop_front(c, e, q)
+        kv.allocate(c, e, need)
+        room -= need
+        seats -= 1
+        r.num_blocks[rid] = need
+        c.es[e, S_NTRANSFER] += 1
+        emit(c, rid, SEND_KV)
+
+
+@jit
+def transfer_time(c, rid):
+    """Seconds to move a request's KV cache: bytes / bandwidth + latency. Each GPU of the
+    prefill replica sends its shard over its own link. With layer-wise overlap the layers leave
+    while later ones are still computed, so only what outlasts the prefill remains (at least
+    the last layer's share)."""
+    r = c.req
+    wire = r.num_computed[rid] * c.lk[LK_KV_BYTES] / (c.lk[LK_BANDWIDTH] * c.ep[r.source[rid], P_TP])
+    if c.lk[LK_LAYERWISE] != 0.0:
+        wire = max(wire - r.handoff_s[rid], wire / c.lk[LK_LAYERS])
+    return wire + c.lk[LK_LATENCY]
+
+
+@jit
+def release_source(c, rid):
+    """The prefill replica's copy of a handed-over request's KV cache is no longer needed."""
+    r = c.req
+    e = r.source[rid]
+    cached = r.held_cached[rid]
+    if cached:
+        kv.drop_prefix(c, e, rid, cached)
+    kv.release(c, e, r.held_blocks[rid] - cached)
+    r.held_blocks[rid] = 0
+    r.held_cached[rid] = 0
+
+
+@jit
+def kv_arrived(c, e, rid, now):
+    c.es[e, S_NTRANSFER] -= 1
+    join_running(c, e, rid)
+    token_out(c, rid, now, -1.0, 0)
+

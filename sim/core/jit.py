@@ -1,0 +1,88 @@
+"""Compiling the core with numba, or not.
+
+``jit`` marks a core function: compiled once (and cached on disk beside the source),
+callable from other compiled functions only; ``leaf`` a small one, inlined where it is called.
+``entry`` marks the functions Python calls — the compiled loop, the calls the SimPy loop makes,
+pricing. Core functions take the run's state as a few typed structures (``struct``: numba
+StructRefs, passed as one pointer; each has a NamedTuple view of the same arrays for Python).
+Where numba is missing, every function stays plain Python and a structure is its NamedTuple:
+the same results, slowly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+try:
+    from numba import njit as _njit
+    from numba.core import types as _types
+    from numba.experimental import structref as _structref
+
+    HAVE_NUMBA = True
+except ImportError:  # pragma: no cover - exercised where numba is not installed
+    HAVE_NUMBA = False
+
+
+# The compiled core spans these folders. Numba's cache checks only a function's own file, so a
+# change to a callee elsewhere would leave a caller's stale build in use: here every file of the
+# core stamps every cached function, and any change recompiles them all.
+_SIM = Path(__file__).resolve().parents[1]
+CORE_FILES = frozenset(str(p) for d in ("core", "pricing", "loops") for p in (_SIM / d).glob("*.py"))
+CORE_STAMP = hashlib.sha256(b"".join(Path(p).read_bytes() for p in sorted(CORE_FILES))).hexdigest()
+
+if HAVE_NUMBA:
+    from numba.core import caching as _caching
+
+    def _public(name: str):  # numba < 0.62 names them with a leading underscore
+        return getattr(_caching, name, None) or getattr(_caching, f"_{name}")
+
+    class _CoreStamp:
+        def get_source_stamp(self):
+            return CORE_STAMP
+
+        @classmethod
+        def from_function(cls, py_func, py_file):
+            if os.path.realpath(py_file) not in CORE_FILES:
+                return None
+            return super().from_function(py_func, py_file)
+
+    class CoreUserProvidedLocator(_CoreStamp, _public("UserProvidedCacheLocator")):
+        """The core's functions in NUMBA_CACHE_DIR, stamped with the whole core."""
+
+    class CoreInTreeLocator(_CoreStamp, _public("InTreeCacheLocator")):
+        """The core's functions beside their source, stamped with the whole core."""
+
+    _public("CacheImpl")._locator_classes[:0] = [CoreUserProvidedLocator, CoreInTreeLocator]
+
+
+def jit(fn):
+    return _njit(cache=True, no_cpython_wrapper=True, error_model="numpy")(fn) if HAVE_NUMBA else fn
+
+
+def leaf(fn):
+    """A small core function, inlined where it is called rather than compiled on its own."""
+    return _njit(inline="always", error_model="numpy")(fn) if HAVE_NUMBA else fn
+
+
+def entry(fn):
+    return _njit(cache=True, error_model="numpy")(fn) if HAVE_NUMBA else fn
+
+
+def struct(name: str, fields: tuple[str, ...], module: str):
+    """A StructRef type with these fields and its Python proxy class, named ``{name}Type`` and
+    ``{name}Ref`` in ``module`` (assign them to those names there, so caches can find them).
+    Without numba: (None, None)."""
+    if not HAVE_NUMBA:
+        return None, None
+
+    def preprocess_fields(self, fields):
+        return tuple((n, _types.unliteral(t)) for n, t in fields)
+
+    typ = type(f"{name}Type", (_types.StructRef,), {"preprocess_fields": preprocess_fields,
+                                                     "__module__": module})
+    _structref.register(typ)
+    proxy = type(f"{name}Ref", (_structref.StructRefProxy,), {"__module__": module})
+    _structref.define_proxy(proxy, typ, list(fields))
+    return typ, proxy

@@ -1,0 +1,168 @@
+"""Scheduling policies: from an engine's queues and running requests to the next step's rows.
+
+- **continuous** (Orca, vLLM): waiting requests join as soon as there is room (seats, the
+  step's token budget, KV blocks); a step that admits requests prefills them whole, otherwise
+  every running request decodes one token. When decodes run out of KV blocks, the newest
+  running request is preempted.
+- **chunked-prefill** (Sarathi-Serve, Dynamic SplitFuse): each step has a token budget;
+  running decodes go first, one token each, then chunks of prompts part-way through, then new
+  requests from the queue. Long prompts no longer stall everybody's decodes.
+- **static**: gather up to N requests (or wait at most a timeout), then run the batch until
+  its longest member finishes; nobody joins mid-batch, and KV memory for every member's whole
+  prompt + output is reserved up front, as engines without paging do.
+
+``schedule`` leaves the step in the engine's plan rows and returns how many there are (0: idle;
+``ef[e, T_WAKE_AT]`` then says when it should look again, if not at the next arrival).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sim.core import kvblocks as kv
+from sim.core import queues
+from sim.core.admission import RUNNING, add_row, admit_waiting
+from sim.core.jit import jit
+from sim.core.plan import shape_into
+from sim.core.preemption import grow, swap_in_waiting
+from sim.core.state import (
+    CHUNKED,
+    CONTINUOUS,
+    F_BATCH_TIMEOUT,
+    P_BATCH_SIZE,
+    P_BLOCK_SIZE,
+    P_CHUNK,
+    P_MAX_BATCHED,
+    P_MAX_SEQS,
+    P_POLICY,
+    P_SPEC_K,
+    S_BATCH_N,
+    S_NRUN,
+    S_NSWAP,
+    S_NWAIT,
+    S_PN,
+    S_PREEMPTED,
+    S_SWAP_IN,
+    S_SWAP_OUT,
+    T_WAKE_AT,
+)
+
+BIG = np.int64(1) << np.int64(62)
+
+
+@jit
+def continuous(c, e):
+    r = c.req
+    if c.es[e, S_NSWAP]:
+        swap_in_waiting(c, e, c.ep[e, P_MAX_SEQS] - c.es[e, S_NRUN])
+    seats = c.ep[e, P_MAX_SEQS] - c.es[e, S_NRUN]
+    admitting = c.es[e, S_NWAIT] and seats > 0 and c.es[e, S_NSWAP] == 0
+    if admitting and admit_waiting(c, e, c.ep[e, P_MAX_BATCHED], seats, False, False):
+        return  # a step of whole prompts
+    running, ids, new = c.running[e], c.p_ids[e], c.p_new[e]  # every running request: its next tokens
+    num_tokens, num_computed = r.num_tokens, r.num_computed
+    n = c.es[e, S_NRUN]
+    for i in range(n):
+        rid = running[i]
+        ids[i] = rid
+        new[i] = num_tokens[rid] - num_computed[rid]
+    c.es[e, S_PN] = n
+    grow(c, e, 0)
+
+
+@jit
+def chunked(c, e):
+    r = c.req
+    budget = c.ep[e, P_CHUNK]
+    if c.es[e, S_NSWAP]:
+        swap_in_waiting(c, e, c.ep[e, P_MAX_SEQS] - c.es[e, S_NRUN])
+    prefilling = False
+    for i in range(c.es[e, S_NRUN]):  # decodes first
+        rid = c.running[e, i]
+        if r.num_tokens[rid] - r.num_computed[rid] == 1 and r.num_computed[rid] > 0:
+            add_row(c, e, rid, 1)
+        else:
+            prefilling = True
+    grow(c, e, 0)
+    budget -= c.es[e, S_PN]
+    if prefilling:  # then prompts part-way through, oldest first
+        bs = c.ep[e, P_BLOCK_SIZE]
+        for i in range(c.es[e, S_NRUN]):
+            rid = c.running[e, i]
+            done = r.num_computed[rid]
+            rest = r.num_tokens[rid] - done
+            if not (rest > 1 or done == 0):
+                continue
+            if budget <= 0:
+                break
+            n = min(rest, budget)
+            need = kv.blocks_for(done + n, bs) - r.num_blocks[rid]
+            if need > kv.available(c, e):
+                break
+            kv.allocate(c, e, need)
+            r.num_blocks[rid] += need
+            add_row(c, e, rid, n)
+            budget -= n
+    seats = c.ep[e, P_MAX_SEQS] - c.es[e, S_NRUN]
+    if budget > 0 and seats > 0 and c.es[e, S_NWAIT] and not c.es[e, S_PREEMPTED] and c.es[e, S_NSWAP] == 0:
+        admit_waiting(c, e, budget, seats, True, False)
+
+
+@jit
+def static(c, e, now):
+    r = c.req
+    n = c.es[e, S_BATCH_N]
+    if n:
+        for i in range(n):
+            rid = c.batch[e, i]
+            if r.status[rid] == RUNNING:
+                add_row(c, e, rid, r.num_tokens[rid] - r.num_computed[rid])
+        if c.es[e, S_PN]:
+            return
+        for i in range(n):  # the batch is over: its memory comes back
+            kv.free_blocks(c, e, c.batch[e, i])
+        c.es[e, S_BATCH_N] = 0
+    c.ef[e, T_WAKE_AT] = np.inf
+    if not c.es[e, S_NWAIT]:
+        return
+    head = c.qhead[e, queues.first_waiting(c, e)]
+    deadline = r.arrival[head] + c.epf[e, F_BATCH_TIMEOUT]
+    if c.es[e, S_NWAIT] < c.ep[e, P_BATCH_SIZE] and now < deadline:
+        c.ef[e, T_WAKE_AT] = deadline
+        return
+    admit_waiting(c, e, BIG, c.ep[e, P_BATCH_SIZE], False, True)
+    for i in range(c.es[e, S_PN]):
+        c.batch[e, i] = c.p_ids[e, i]
+    c.es[e, S_BATCH_N] = c.es[e, S_PN]
+
+
+@jit
+def schedule(c, e, now):
+    """Plan engine ``e``'s next step at ``now``: its rows, their cached context, which sample,
+    and the step's shape. Returns the number of rows (0: nothing to run)."""
+    c.es[e, S_PN] = 0
+    c.es[e, S_PREEMPTED] = 0
+    c.es[e, S_SWAP_IN] = 0
+    c.es[e, S_SWAP_OUT] = 0
+    policy = c.ep[e, P_POLICY]
+    if policy == CONTINUOUS:
+        continuous(c, e)
+    elif policy == CHUNKED:
+        chunked(c, e)
+    else:
+        static(c, e, now)
+    pn = c.es[e, S_PN]
+    if pn == 0:
+        return 0
+    r = c.req
+    ids, new, comp, samp = c.p_ids[e], c.p_new[e], c.p_comp[e], c.p_samp[e]
+    num_computed, num_tokens, first_scheduled = r.num_computed, r.num_tokens, r.first_scheduled
+    for i in range(pn):
+        rid = ids[i]
+        comp[i] = num_computed[rid]
+        samp[i] = comp[i] + new[i] == num_tokens[rid]
+        if np.isnan(first_scheduled[rid]):
+            first_scheduled[rid] = now
+    shape_into(c.shape[e], new, comp, samp, pn, c.ep[e, P_SPEC_K],
+               c.es[e, S_SWAP_IN] + c.es[e, S_SWAP_OUT], c.ep[e, P_BLOCK_SIZE])
+    return pn

@@ -1,0 +1,115 @@
+"""Memory pressure: giving a step's rows the KV blocks their new tokens need, and when blocks
+run out, preempting the newest running request — its KV cache parked in host memory (swap) if
+there is room, else dropped and recomputed later — and bringing swapped requests back."""
+
+from __future__ import annotations
+
+from sim.core import kvblocks as kv
+from sim.core import queues
+from sim.core.admission import WAITING, join_running
+from sim.core.jit import jit
+from sim.core.state import (
+    P_BLOCK_SIZE,
+    P_SPEC_K,
+    P_SWAP,
+    P_WATERMARK,
+    S_HOST_FREE,
+    S_NRUN,
+    S_NSWAP,
+    S_PN,
+    S_PREEMPTED,
+    S_SWAP_IN,
+    S_SWAP_OUT,
+)
+
+
+@jit
+def grow(c, e, first):
+    """Give plan rows ``first``.. the blocks their new tokens need (and speculative drafts'),
+    preempting the newest running requests until everything left fits."""
+    r = c.req
+    bs = c.ep[e, P_BLOCK_SIZE]
+    ahead = c.ep[e, P_SPEC_K]
+    ids, new, num_computed, num_blocks = c.p_ids[e], c.p_new[e], r.num_computed, r.num_blocks
+    while True:
+        total = 0
+        for i in range(first, c.es[e, S_PN]):
+            rid = ids[i]
+            need = kv.blocks_for(num_computed[rid] + new[i] + ahead, bs) - num_blocks[rid]
+            if need > 0:
+                total += need
+        if total <= kv.available(c, e) or c.es[e, S_NRUN] == 0:
+            break
+        victim = c.running[e, c.es[e, S_NRUN] - 1]
+        preempt(c, e, victim)
+        k = first
+        for i in range(first, c.es[e, S_PN]):
+            if c.p_ids[e, i] != victim:
+                c.p_ids[e, k] = c.p_ids[e, i]
+                c.p_new[e, k] = c.p_new[e, i]
+                k += 1
+        c.es[e, S_PN] = k
+    if total:
+        kv.allocate(c, e, total)
+        for i in range(first, c.es[e, S_PN]):
+            rid = ids[i]
+            need = kv.blocks_for(num_computed[rid] + new[i] + ahead, bs) - num_blocks[rid]
+            if need > 0:
+                num_blocks[rid] += need
+
+
+@jit
+def remove_running(c, e, rid):
+    n = c.es[e, S_NRUN]
+    k = 0
+    for i in range(n):
+        if c.running[e, i] != rid:
+            c.running[e, k] = c.running[e, i]
+            k += 1
+    c.es[e, S_NRUN] = k
+
+
+@jit
+def preempt(c, e, rid):
+    """Free a running request's blocks: park them in host memory (swap) if there is room, or
+    drop them and recompute the request later (it goes back to the front of its queue)."""
+    r = c.req
+    remove_running(c, e, rid)
+    c.es[e, S_PREEMPTED] = 1
+    r.preemptions[rid] += 1
+    r.status[rid] = WAITING
+    n = r.num_blocks[rid]
+    if c.ep[e, P_SWAP] and n <= c.es[e, S_HOST_FREE]:
+        kv.drop_cache_refs(c, e, rid)  # shared blocks stay cached; its own blocks go to host memory
+        kv.release(c, e, r.num_blocks[rid])
+        c.es[e, S_HOST_FREE] -= n
+        c.es[e, S_SWAP_OUT] += n
+        r.swapped_blocks[rid] = n
+        r.num_blocks[rid] = 0
+        queues.push_back(c, e, queues.swapped_q(c), rid)
+        return
+    kv.free_blocks(c, e, rid)
+    r.num_computed[rid] = 0
+    queues.push_front(c, e, r.level[rid], rid)
+
+
+@jit
+def swap_in_waiting(c, e, seats):
+    """Bring swapped-out requests back (before any new admission), oldest first."""
+    r = c.req
+    q = queues.swapped_q(c)
+    back = 0
+    while c.es[e, S_NSWAP] > 0 and back < seats:
+        rid = c.qhead[e, q]
+        n = r.swapped_blocks[rid]
+        if n + c.ep[e, P_WATERMARK] > kv.available(c, e):
+            break
+        queues.pop_front(c, e, q)
+        kv.allocate(c, e, n)
+        c.es[e, S_HOST_FREE] += n
+        c.es[e, S_SWAP_IN] += n
+        r.num_blocks[rid] = n
+        r.swapped_blocks[rid] = 0
+        join_running(c, e, rid)
+        back += 1
+    return back

@@ -1,0 +1,80 @@
+"""The queues an engine keeps, linked through the request table: first come, first served
+within a priority level (level 0 first); a preempted request goes back to its level's front.
+Column ``l`` of ``qhead``/``qtail`` is level ``l``'s queue; the last two columns are the
+swapped-out requests and the requests waiting for room to receive their KV cache."""
+
+from __future__ import annotations
+
+from sim.core.jit import leaf
+from sim.core.state import S_NREMOTE, S_NSWAP, S_NWAIT
+
+
+@leaf
+def swapped_q(c):
+    return c.qhead.shape[1] - 2
+
+
+@leaf
+def remote_q(c):
+    return c.qhead.shape[1] - 1
+
+
+@leaf
+def _count(c, e, q):
+    if q == c.qhead.shape[1] - 2:
+        return S_NSWAP
+    if q == c.qhead.shape[1] - 1:
+        return S_NREMOTE
+    return S_NWAIT
+
+
+@leaf
+def push_back(c, e, q, rid):
+    r = c.req
+    tail = c.qtail[e, q]
+    r.qprev[rid] = tail
+    r.qnext[rid] = -1
+    if tail >= 0:
+        r.qnext[tail] = rid
+    else:
+        c.qhead[e, q] = rid
+    c.qtail[e, q] = rid
+    c.es[e, _count(c, e, q)] += 1
+
+
+@leaf
+def push_front(c, e, q, rid):
+    r = c.req
+    head = c.qhead[e, q]
+    r.qnext[rid] = head
+    r.qprev[rid] = -1
+    if head >= 0:
+        r.qprev[head] = rid
+    else:
+        c.qtail[e, q] = rid
+    c.qhead[e, q] = rid
+    c.es[e, _count(c, e, q)] += 1
+
+
+@leaf
+def pop_front(c, e, q):
+    r = c.req
+    rid = c.qhead[e, q]
+    nxt = r.qnext[rid]
+    c.qhead[e, q] = nxt
+    if nxt >= 0:
+        r.qprev[nxt] = -1
+    else:
+        c.qtail[e, q] = -1
+    r.qnext[rid] = -1
+    c.es[e, _count(c, e, q)] -= 1
+    return rid
+
+
+@leaf
+def first_waiting(c, e):
+    """The waiting queue whose head is served next: the first non-empty level (-1: none)."""
+    for q in range(c.qhead.shape[1] - 2):
+        if c.qhead[e, q] >= 0:
+            return q
+    return -1

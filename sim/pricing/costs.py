@@ -1,0 +1,137 @@
+"""The pricing core: every replica's cost model as arrays, and ``price`` — the one function that
+turns a step's shape into seconds, for every loop (compiled, SimPy) and every Python caller."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from sim.core.jit import HAVE_NUMBA, entry, jit, struct
+from sim.core.plan import StepShape
+from sim.pricing.profiled import (
+    COUNTERS,
+    FITS,
+    MODE_OPS,
+    MODE_STEP,
+    NUM_FEATURES,
+    TABLES,
+    ProfileArrays,
+    ProfiledCost,
+    points_of,
+    profile_time,
+)
+from sim.pricing.roofline import NUM_PARAMS, roofline_time
+
+ROOFLINE = 0
+
+
+class Costs(NamedTuple):
+    """One row per engine: ``mode`` (ROOFLINE, or a profile's step fit / per-op model), the
+    roofline's parameters (the target's and the speculative draft's), a profile's arrays, and a
+    ``scale`` every step is multiplied by (1: as priced)."""
+
+    mode: np.ndarray  # i8 [E]
+    params: np.ndarray  # f8 [E, NUM_PARAMS]
+    draft: np.ndarray  # f8 [E, NUM_PARAMS] (zeros: no draft model)
+    overhead: np.ndarray  # f8 [E] a profile's per-step overhead
+    tab: np.ndarray  # f8 [E, tables, 2, points]
+    tab_n: np.ndarray  # i8 [E, tables]
+    fit: np.ndarray  # f8 [E, fits, 2, features]
+    fit_x: np.ndarray  # i8 [E, fits, features]
+    fit_n: np.ndarray  # i8 [E, fits]
+    scale: np.ndarray  # f8 [E]
+
+
+CostsType, CostsRef = struct("Costs", Costs._fields, __name__)
+
+
+@entry
+def _new_costs(*fields):
+    return CostsRef(*fields)
+
+
+def costs_ref(costs: Costs):
+    return _new_costs(*costs) if HAVE_NUMBA else costs
+
+
+@jit
+def price(c, e, s):
+    """Seconds of engine ``e``'s step of shape ``s``, and the profile counters it extrapolated
+    (bits of COUNTERS; 0 for the roofline)."""
+    if c.mode[e] == ROOFLINE:
+        t = roofline_time(c.params[e], c.draft[e], s)
+        flags = 0
+    else:
+        t, flags = profile_time(c.mode[e], c.overhead[e], c.tab[e], c.tab_n[e], c.fit[e], c.fit_x[e], c.fit_n[e],
+                                c.params[e], c.draft[e], s)
+    if c.scale[e] != 1.0:
+        t = t * c.scale[e]
+    return t, flags
+
+
+@entry
+def _price_many(c, e, shapes, out, flags):
+    for i in range(shapes.shape[0]):
+        out[i], flags[i] = price(c, e, shapes[i])
+
+
+def encode(costs: list, scale: float | list[float] = 1.0) -> Costs:
+    """One row per engine, from each engine's cost model (RooflineCost or ProfiledCost)."""
+    E = len(costs)
+    points = max([2] + [points_of(c.profile) for c in costs if isinstance(c, ProfiledCost)])
+    out = Costs(mode=np.zeros(E, dtype=np.int64), params=np.zeros((E, NUM_PARAMS)),
+                draft=np.zeros((E, NUM_PARAMS)), overhead=np.zeros(E),
+                tab=np.zeros((E, len(TABLES), 2, points)), tab_n=np.zeros((E, len(TABLES)), dtype=np.int64),
+                fit=np.zeros((E, len(FITS), 2, NUM_FEATURES)), fit_x=np.zeros((E, len(FITS), NUM_FEATURES),
+                                                                              dtype=np.int64),
+                fit_n=np.zeros((E, len(FITS)), dtype=np.int64), scale=np.broadcast_to(
+                    np.asarray(scale, dtype=np.float64), (E,)).copy())
+    for e, cost in enumerate(costs):
+        roofline = cost.roofline if isinstance(cost, ProfiledCost) else cost
+        out.params[e] = roofline.params
+        out.draft[e] = roofline.draft_params
+        if isinstance(cost, ProfiledCost):
+            a = ProfileArrays(cost.profile, cost.mode, points)
+            out.mode[e] = MODE_STEP if cost.mode == "step" else MODE_OPS
+            out.overhead[e] = a.overhead
+            out.tab[e, :, :, :a.tab.shape[2]] = a.tab
+            out.tab_n[e], out.fit[e], out.fit_x[e], out.fit_n[e] = a.tab_n, a.fit, a.fit_x, a.fit_n
+    return out
+
+
+def counts_of(flags: np.ndarray) -> dict[str, int]:
+    """Extrapolation flag words (one per step) → steps per counter."""
+    flags = np.asarray(flags, dtype=np.int64)
+    return {name: int(np.count_nonzero(flags & (1 << i))) for i, name in enumerate(COUNTERS)
+            if np.any(flags & (1 << i))}
+
+
+def add_counts(total: dict[str, int], more: dict[str, int]) -> dict[str, int]:
+    for k, v in more.items():
+        total[k] = total.get(k, 0) + v
+    return total
+
+
+def extrapolation_warnings(counts: dict[str, int]) -> list[str]:
+    how = {True: "continuing its linear fit", False: "following the roofline's shape"}
+    return [f"cost profile extrapolated beyond its measured range ({what}) in {n} step(s), {how['.' in what]}"
+            for what, n in sorted(counts.items()) if n]
+
+
+class Pricer:
+    """Prices shapes with one cost model (for Python callers and the SimPy loop's executor)."""
+
+    def __init__(self, cost, scale: float = 1.0):
+        self.cost = cost
+        self.arrays = costs_ref(encode([cost], scale))
+
+    def price(self, shapes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        out = np.empty(len(shapes))
+        flags = np.empty(len(shapes), dtype=np.int64)
+        _price_many(self.arrays, 0, np.ascontiguousarray(shapes, dtype=np.float64), out, flags)
+        return out, flags
+
+    def step_time(self, s: StepShape) -> np.ndarray | float:
+        out, _ = self.price(s.vectors())
+        return float(out[0]) if s.is_scalar else out

@@ -1,0 +1,263 @@
+"""The two loops give identical results, bit for bit, per request, per step and in the summary
+and warnings: the compiled loop (sim/loops/compiled.py) and the SimPy reference
+(sim/loops/simpy_loop.py) call the same scheduling and pricing core, and take events in the
+same order. Shipped-like cases for every feature, then random scenarios that combine them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sim.loops.run import simulate
+from tests.sim.helpers import scenario, write_profile
+
+PRESSURE = {"hardware__memory_utilization": 0.235,
+            "workload__arrival": {"process": "poisson", "rate": 40},
+            "workload__output_len": {"dist": "uniform", "min": 100, "max": 700}}
+BURSTY = {"workload__arrival": {"process": "gamma", "rate": 15, "cv": 3.0}}
+LOADS = {"light": {}, "pressure": PRESSURE, "bursty": BURSTY}
+SHARED = {"workload__shared_prefix": {"num_prompts": 3, "length": 400},
+          "workload__prompt_len": {"dist": "uniform", "min": 10, "max": 300}}
+
+
+def both_loops(**fields):
+    reference = simulate(scenario(simulation={"loop": "simpy"}, **fields))
+    compiled = simulate(scenario(simulation={"loop": "compiled"}, **fields))
+    assert reference.loop == "simpy" and compiled.loop == "compiled"
+    return reference, compiled
+
+
+def assert_identical(reference, compiled):
+    assert reference.warnings == compiled.warnings
+    pd.testing.assert_frame_equal(reference.requests, compiled.requests, check_exact=True)
+    pd.testing.assert_frame_equal(reference.steps, compiled.steps, check_exact=True)
+    assert same(reference.summary, compiled.summary)
+    assert reference.events == compiled.events
+
+
+def same(a, b) -> bool:
+    """Equal, with NaN equal to NaN (no TPOT for 1-token outputs), nested dicts included."""
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    return a == b or (a != a and b != b)
+
+
+@pytest.mark.parametrize("policy", ["static", "continuous", "chunked-prefill"])
+@pytest.mark.parametrize("load", LOADS)
+@pytest.mark.parametrize("replicas", [1, 3])
+def test_loops_agree_for_every_policy_and_load(policy, load, replicas):
+    reference, compiled = both_loops(scheduler__policy=policy, replicas=replicas, **LOADS[load])
+    assert_identical(reference, compiled)
+    if load == "pressure" and policy != "static":
+        assert compiled.summary["preemptions"] > 0
+
+
+CASES = {
+    "least-outstanding": {"replicas": 3, "router": {"policy": "least-outstanding"}, **PRESSURE},
+    "least-kv-chunked": {"replicas": 3, "router": {"policy": "least-kv"},
+                         "scheduler__policy": "chunked-prefill", **BURSTY},
+    "heterogeneous": {"replica_groups": [
+        {"count": 1, "hardware": {"gpu": "A100-80GB"}},
+        {"count": 2, "hardware": {"gpu": "H200", "tp": 2},
+         "scheduler": {"policy": "chunked-prefill", "chunk_size": 256}}],
+        "router": {"policy": "least-outstanding"}, **PRESSURE},
+    "tensor-parallel-fp8": {"model": "llama-3-70b", "hardware": {"gpu": "H100-SXM", "tp": 4},
+                            "quantization": {"weights": "fp8", "kv_cache": "fp8"}, **BURSTY},
+    # A burst: everyone arrives within a step, ties between arrivals and wake-ups.
+    "burst": {"workload__num_requests": 60, "workload__arrival": {"process": "constant", "rate": 5000}},
+    # prompt = chunk + 1: the last prompt token looks like a decode and samples the first token.
+    "chunk-plus-one": {"scheduler__policy": "chunked-prefill", "scheduler__chunk_size": 256,
+                       "scheduler__max_num_seqs": 64, "workload__prompt_len": {"dist": "fixed", "value": 257},
+                       "workload__arrival": {"process": "poisson", "rate": 2}},
+    # Requests that can never run are rejected, for each reason.
+    "batch-tokens": {"scheduler__max_batched_tokens": 512,
+                     "workload__prompt_len": {"dist": "uniform", "min": 16, "max": 900}, **PRESSURE},
+    "kv-capacity": {"hardware__kv_blocks": 30, "workload__prompt_len": {"dist": "uniform", "min": 16, "max": 900}},
+    "too-long": {"workload__prompt_len": {"dist": "uniform", "min": 4000, "max": 9000},
+                 "workload__num_requests": 40},
+    "few-seats": {"scheduler__max_num_seqs": 4, "scheduler__watermark": 0.2, **PRESSURE},
+    "classes": {"workload": {"num_requests": 200, "classes": [
+        {"name": "chat", "slo": {"ttft_s": 0.5}, "arrival": {"process": "poisson", "rate": 14},
+         "prompt_len": {"dist": "uniform", "min": 16, "max": 300},
+         "output_len": {"dist": "uniform", "min": 1, "max": 100}},
+        {"name": "batch", "arrival": {"process": "poisson", "rate": 6},
+         "prompt_len": {"dist": "uniform", "min": 500, "max": 2000},
+         "output_len": {"dist": "uniform", "min": 50, "max": 300}}]}},
+}
+
+
+FEATURES = {
+    "static-batching": {"scheduler__policy": "static", "scheduler__batch_size": 8, **BURSTY},
+    "prefix-caching": {"scheduler__prefix_caching": True, **SHARED, **PRESSURE},
+    "prefix-caching-chunked": {"scheduler__prefix_caching": True, "scheduler__policy": "chunked-prefill",
+                               **SHARED, **BURSTY},
+    "swap": {"scheduler__preemption": "swap", **PRESSURE},
+    "swap-chunked-prefix": {"scheduler__preemption": "swap", "scheduler__policy": "chunked-prefill",
+                            "scheduler__prefix_caching": True, **SHARED, **PRESSURE},
+    "speculative": {"scheduler__speculative": {"draft_model": "tiny-llama-12m", "num_tokens": 4,
+                                               "acceptance_rate": 0.7}, **PRESSURE},
+    "pipeline": {"model": "llama-3-70b", "hardware": {"gpu": "H100-SXM", "tp": 2, "pp": 2},
+                 "workload__arrival": {"process": "poisson", "rate": 8}},
+    "moe-expert-parallel": {"model": "mixtral-8x7b", "hardware": {"gpu": "H100-SXM", "tp": 2,
+                                                                   "expert_parallel": True}},
+    "disaggregated": {"disaggregation": {"prefill": {"count": 2}, "decode": {
+        "count": 1, "hardware": {"memory_utilization": 0.235}}, "link": {"layerwise_overlap": True}}, **PRESSURE},
+    "power-of-two": {"replicas": 4, "router": {"policy": "power-of-two"}, **BURSTY},
+    "prefix-affinity": {"replicas": 3, "router": {"policy": "prefix-affinity", "balance_abs": 2},
+                        "scheduler__prefix_caching": True, **SHARED, **BURSTY},
+    "closed-loop": {"workload__arrival": {"process": "closed", "concurrency": 12, "think_time_s": 0.2}},
+    "closed-loop-rejects": {"workload__arrival": {"process": "closed", "concurrency": 5},
+                            "workload__prompt_len": {"dist": "uniform", "min": 4000, "max": 9000}},
+}
+
+
+@pytest.mark.parametrize("case", {**CASES, **FEATURES}, ids=str)
+def test_loops_agree_on_every_feature(case):
+    reference, compiled = both_loops(**{**CASES, **FEATURES}[case])
+    assert_identical(reference, compiled)
+
+SHIPPED_PROFILE = Path(__file__).resolve().parents[2] / "calibration" / "profiles" / "a100-llama-2-70b-tp2.json"
+PROFILES = {  # profile settings, scenario fields
+    "ops": ({}, PRESSURE),
+    "ops-chunked": ({}, {"scheduler__policy": "chunked-prefill", **BURSTY}),
+    "step-fit": ({"mode": "step"}, PRESSURE),
+    "step-fit-chunked": ({"mode": "step", "reach": 300}, {"scheduler__policy": "chunked-prefill", **PRESSURE}),
+    "ops-tp2-heterogeneous": ({"tp": 2}, {"replica_groups": [
+        {"count": 1, "hardware": {"gpu": "A100-80GB", "tp": 2}},
+        {"count": 2, "hardware": {"gpu": "H200", "tp": 2}, "scheduler": {"policy": "chunked-prefill"}}],
+        "router": {"policy": "least-kv"}, **BURSTY}),
+    # Only the linear table: every other term is the roofline's.
+    "linear-only-tp2": ({"tables": (), "fits": (), "tp": 2}, {"hardware": {"gpu": "H100-SXM", "tp": 2}, **PRESSURE}),
+    "tables-no-fits": ({"fits": ()}, {"replicas": 2, **BURSTY}),
+    "fits-no-tables": ({"tables": ()}, {"scheduler__policy": "chunked-prefill", **PRESSURE}),
+    "wide-range": ({"reach": 100_000}, PRESSURE),
+}
+
+
+@pytest.mark.parametrize("case", PROFILES, ids=str)
+def test_compiled_loop_prices_profiles_as_simpy_does(case, tmp_path):
+    settings_, fields = PROFILES[case]
+    path = write_profile(tmp_path / "p.json", **settings_)
+    reference, compiled = both_loops(cost={"model": "profile", "profile": path}, **fields)
+    assert_identical(reference, compiled)
+    extrapolated = [w for w in compiled.warnings if "extrapolated" in w]
+    assert bool(extrapolated) == (case != "wide-range"), compiled.warnings
+
+
+def test_compiled_loop_prices_the_shipped_vidur_profile():
+    reference, compiled = both_loops(model="llama-2-70b", hardware={"gpu": "A100-80GB", "tp": 2},
+                                     cost={"model": "profile", "profile": str(SHIPPED_PROFILE)},
+                                     scheduler__policy="chunked-prefill", **BURSTY)
+    assert_identical(reference, compiled)
+    roofline = simulate(scenario(model="llama-2-70b", hardware={"gpu": "A100-80GB", "tp": 2},
+                                 scheduler__policy="chunked-prefill", **BURSTY))
+    assert roofline.steps["duration"].sum() != compiled.steps["duration"].sum()  # the profile priced it
+
+
+def test_rejection_reasons_are_all_exercised():
+    reasons = set()
+    for case in ("batch-tokens", "kv-capacity", "too-long"):
+        _, compiled = both_loops(**CASES[case])
+        reasons |= set(compiled.requests["reject_reason"]) - {""}
+    assert len(reasons) == 3, reasons
+
+
+def test_auto_picks_the_compiled_loop_and_is_deterministic():
+    a = simulate(scenario(**PRESSURE))
+    b = simulate(scenario(**PRESSURE))
+    assert a.loop == "compiled"
+    assert_identical(a, b)
+
+
+@pytest.mark.parametrize("policy", ["continuous", "chunked-prefill"])
+@pytest.mark.parametrize("priorities", [(0, 1), (5, -2), (1, 1)])
+def test_classes_with_priorities_are_served_alike(policy, priorities):
+    classes = [dict(c, priority=p) for c, p in zip(CASES["classes"]["workload"]["classes"], priorities,
+                                                    strict=True)]
+    classes.append({**classes[0], "name": "bulk", "priority": 3})
+    fields = {"workload": {"num_requests": 400, "classes": classes}, "scheduler__policy": policy,
+              "replicas": 2, "router": {"policy": "least-outstanding"},
+              **{k: v for k, v in PRESSURE.items() if k.startswith("hardware")}}
+    reference, compiled = both_loops(**fields)
+    assert_identical(reference, compiled)
+    if policy == "continuous":  # the queue is busy enough for its order to matter
+        assert compiled.summary["preemptions"] > 0
+        r = compiled.requests
+        waits = (r["first_scheduled"] - r["arrival"]).groupby(r["class"]).mean()
+        if priorities[0] < priorities[1]:
+            assert waits["chat"] < waits["batch"]
+
+
+@pytest.fixture(scope="module")
+def profiles(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("profiles")
+    return {mode: write_profile(folder / f"{mode}.json", mode=mode, reach=reach)
+            for mode, reach in (("ops", 512), ("step", 256))}
+
+
+@st.composite
+def scenarios(draw, profiles):
+    """Random settings that combine the features (as far as they go together)."""
+    policy = draw(st.sampled_from(["static", "continuous", "chunked-prefill"]))
+    paged = policy != "static"
+    max_num_seqs = draw(st.sampled_from([2, 8, 64, 256]))
+    f = {"seed": draw(st.integers(0, 1000)), "scheduler__policy": policy,
+         "scheduler__max_num_seqs": max_num_seqs, "scheduler__chunk_size": max(512, max_num_seqs),
+         "scheduler__block_size": draw(st.sampled_from([8, 16, 32])),
+         "scheduler__watermark": draw(st.sampled_from([0.0, 0.01, 0.1])),
+         "scheduler__batch_size": draw(st.sampled_from([1, 4, 16])),
+         "hardware__memory_utilization": draw(st.sampled_from([0.23, 0.25, 0.3, 0.9])),
+         "workload__num_requests": 60,
+         "workload__prompt_len": {"dist": "uniform", "min": 1, "max": draw(st.integers(20, 3000))},
+         "workload__output_len": {"dist": "uniform", "min": 1, "max": draw(st.integers(1, 800))}}
+    arrival = draw(st.sampled_from(["poisson", "gamma", "closed"]))
+    rate = draw(st.sampled_from([2.0, 20.0, 80.0]))
+    f["workload__arrival"] = ({"process": "closed", "concurrency": draw(st.integers(1, 20)),
+                               "think_time_s": draw(st.sampled_from([0.0, 0.05]))} if arrival == "closed"
+                              else {"process": arrival, "rate": rate, **({"cv": 2.5} if arrival == "gamma" else {})})
+    layout = draw(st.sampled_from(["replicas", "groups", "disaggregated", "pipeline"]))
+    if layout == "replicas":
+        f["replicas"] = draw(st.integers(1, 3))
+    elif layout == "groups":
+        f["replica_groups"] = [{"count": 1, "hardware": {"gpu": "A100-80GB"}},
+                               {"count": draw(st.integers(1, 2)), "hardware": {"gpu": "H200", "tp": 2}}]
+    elif layout == "disaggregated":
+        f["disaggregation"] = {"prefill": {"count": draw(st.integers(1, 2))}, "decode": {"count": 1},
+                               "link": {"layerwise_overlap": draw(st.booleans())}}
+    else:
+        f["model"] = "llama-3-70b"
+        f.pop("hardware__memory_utilization")
+        f["hardware"] = {"gpu": "H100-SXM", "tp": 2, "pp": 2, "kv_blocks": draw(st.sampled_from([200, 5000]))}
+    f["router"] = {"policy": draw(st.sampled_from(["round-robin", "least-outstanding", "least-kv", "power-of-two",
+                                                   "prefix-affinity"])), "balance_abs": draw(st.integers(0, 8))}
+    if paged and draw(st.booleans()):
+        f["scheduler__prefix_caching"] = True
+        if arrival != "closed" or draw(st.booleans()):
+            f["workload__shared_prefix"] = {"num_prompts": draw(st.integers(1, 4)),
+                                            "length": draw(st.sampled_from([64, 400]))}
+    if paged and draw(st.booleans()):
+        f["scheduler__preemption"] = "swap"
+    if paged and draw(st.integers(0, 3)) == 0:
+        f["scheduler__speculative"] = {"draft_model": "tiny-llama-12m", "num_tokens": draw(st.integers(1, 5)),
+                                       "acceptance_rate": draw(st.sampled_from([0.0, 0.5, 0.9]))}
+    cost = draw(st.sampled_from(["roofline", "roofline", "ops", "step"]))
+    if cost != "roofline" and layout in ("replicas", "disaggregated"):  # the profiles are tp=1
+        f["cost"] = {"model": "profile", "profile": profiles[cost]}
+    if arrival != "closed" and draw(st.integers(0, 3)) == 0:  # traffic classes with priorities
+        base = {k.removeprefix("workload__"): f.pop(k) for k in list(f) if k.startswith("workload__")}
+        base.pop("num_requests")
+        f["workload"] = {"num_requests": 60, "classes": [
+            {**base, "name": "a", "priority": draw(st.integers(-1, 1))},
+            {**base, "name": "b", "priority": draw(st.integers(-1, 1))}]}
+    return f
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_loops_agree_on_random_scenarios(profiles, data):
+    fields = data.draw(scenarios(profiles))
+    assert_identical(*both_loops(**fields))
