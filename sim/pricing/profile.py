@@ -98,6 +98,10 @@ class Profile(Strict):
     step: LinearFit | None = None  # whole-step fit: the preferred model when present
     prefer: Literal["step", "ops"] | None = None  # overrides that choice (calibrate's verdict)
     overhead_s: float = Field(ge=0, default=0.0)  # per step, outside the forward
+    # Per request, outside the steps (an endpoint's HTTP/API path: tokenising, queueing into
+    # the engine, streaming the first token back): added to TTFT and E2E, not to TPOT. The
+    # request reaches the scheduler this long after it was sent. 0 changes nothing.
+    request_overhead_s: float = Field(ge=0, default=0.0)
     notes: list[str] = []
 
     @model_validator(mode="after")
