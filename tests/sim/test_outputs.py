@@ -83,7 +83,7 @@ def test_a_failed_write_leaves_the_previous_results_whole(tmp_path, capsys, scen
     before = snapshot(out)
     import sim.results.write
 
-    def broken_report(result, path):
+    def broken_report(result, path, plotly="file"):
         path.write_text("half a report")
         raise OSError(28, "No space left on device")
 
