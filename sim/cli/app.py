@@ -10,6 +10,7 @@ from rich.table import Table
 
 from sim.cli.console import console, err_console, finish_run, positive_int, progress_callback
 from sim.errors import InputError
+from sim.results import plotlyjs
 
 
 def cmd_run(args) -> int:
@@ -37,7 +38,7 @@ def cmd_run(args) -> int:
             result = simulate(scenario, progress=cb, workload=workload)
     else:
         result = simulate(scenario, workload=workload)
-    return finish_run(result, args.out, args.format, "simulated", workload)
+    return finish_run(result, args.out, args.format, "simulated", workload, args.plotlyjs)
 
 
 def cmd_list(args) -> int:
@@ -81,7 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", default="results", help="output folder (default: results)")
     run.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                      help="override a scenario field, e.g. --set workload.arrival.rate=8")
-    run.add_argument("--format", choices=["parquet", "csv"], default="parquet")
+    run.add_argument("--format", choices=["parquet", "csv"], default="parquet",
+                     help="format of the requests and steps tables (default: parquet)")
+    run.add_argument("--plotlyjs", choices=plotlyjs.MODES, default="file", help=plotlyjs.HELP)
     run.add_argument("--profile-sim", action="store_true",
                      help="print where the simulator's own time goes (cProfile)")
     run.set_defaults(func=cmd_run)

@@ -85,12 +85,12 @@ def progress_callback(total: int):
 ALL_REJECTED = 3  # exit code of a run that finished with every request rejected
 
 
-def finish_run(result, out: str, fmt: str, verb: str, workload=None) -> int:
+def finish_run(result, out: str, fmt: str, verb: str, workload=None, plotly: str = "file") -> int:
     """Write a run's results, print its summary and where the files went. Exit code 0, or
     ``ALL_REJECTED`` when every request was rejected (the results are written all the same)."""
     from sim.results.write import write_results
 
-    paths = write_results(result, out, fmt, workload)
+    paths = write_results(result, out, fmt, workload, plotly)
     print_summary(result)
     if result.loop == "compiled":
         from sim.loops.compiled import compiled_this_process
@@ -111,8 +111,13 @@ def finish_run(result, out: str, fmt: str, verb: str, workload=None) -> int:
 
 def print_rows(table: Table, rows: list[list[str]], fmt: str = "table") -> None:
     """Rows under ``table``'s columns: a rich table on a terminal, plain aligned text when piped
-    (nothing cut), or CSV."""
+    (nothing cut), CSV, or JSON (a list of objects keyed by the headings)."""
     headers = [str(c.header) for c in table.columns]
+    if fmt == "json":
+        import json
+
+        print(json.dumps([dict(zip(headers, r, strict=True)) for r in rows], indent=2, ensure_ascii=False))
+        return
     if fmt == "csv":
         import csv
         import sys

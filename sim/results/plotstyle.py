@@ -43,11 +43,10 @@ def nice_step(x: float) -> float:
 def _unit_label(v: float, unit: str) -> str:
     if unit == "ms":  # v in ms
         if v >= 1000:
-            s = v / 1000
-            return f"{s:g} s" if s < 60 else f"{s / 60:g} min"
+            return _unit_label(v / 1000, "s")
         return f"{v:g} ms" if v >= 1 else f"{v * 1000:g} µs"
     if unit == "s":
-        return f"{v:g} s" if v < 60 else f"{v / 60:g} min"
+        return f"{v / 60:g} min" if v >= 60 and float(v / 60).is_integer() else f"{v:,g} s"
     return f"{v:,g}" + (f" {unit}" if unit else "")
 
 
