@@ -131,6 +131,8 @@ def print_rows(table: Table, rows: list[list[str]], fmt: str = "table") -> None:
             table.add_row(*r)
         console.print(table)
         return
+    if table.title:
+        print(table.title)
     print_plain(headers, rows)
 
 
