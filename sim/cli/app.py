@@ -179,6 +179,33 @@ def fill_help(parser: argparse.ArgumentParser) -> None:
                     break
 
 
+def trace_hint(path, message: str) -> str:
+    """Where to get a trace that is not there: the scenario's (or study's) own header comment
+    says so, e.g. scenarios/azure-conversation.yaml."""
+    if not path or not isinstance(path, str) or "trace file not found" not in message:
+        return ""
+    try:
+        from pathlib import Path
+
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return ""
+    header = []
+    for line in lines:
+        if not line.startswith("#"):
+            break
+        header.append(line[1:].strip())
+    start = next((i for i, t in enumerate(header) if "not shipped" in t or "download" in t.lower()), None)
+    if start is None:
+        return ""
+    hint = []
+    for t in header[start:]:
+        if not t and hint:
+            break
+        hint.append(t)
+    return f"hint ({path}): " + " ".join(hint)
+
+
 def version() -> str:
     """The installed package's version, else the source tree's."""
     try:
@@ -205,6 +232,9 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except InputError as e:
         err_console.print(f"[red]error:[/] {escape(str(e))}", highlight=False)
+        hint = trace_hint(getattr(args, "scenario", None) or getattr(args, "study", None), str(e))
+        if hint:
+            err_console.print(hint, highlight=False, markup=False)
         return 2
     except MemoryError:
         err_console.print("[red]error:[/] out of memory: this run needs more memory than the machine "
