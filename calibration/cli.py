@@ -41,9 +41,14 @@ def _write_profile(profile, path: Path) -> Path:
 
 
 def cmd_calibrate(args) -> int:
+    if args.endpoint:
+        from endpoint.cli import cmd_calibrate as calibrate_endpoint
+
+        return calibrate_endpoint(args)
     from engine.cli import require_torch
 
     require_torch()
+    args.model = args.model or "tiny-llama-12m"
     from calibration.calibrate import Options, calibrate
     from calibration.grid import grid_for
     from sim.cli.console import console
@@ -117,6 +122,10 @@ VALIDATION_FILES = ("validation.json", "requests.csv", "steps.csv", "report.html
 
 
 def cmd_validate(args) -> int:
+    if args.endpoint:
+        from endpoint.cli import cmd_validate as validate_endpoint
+
+        return validate_endpoint(args)
     from engine.cli import engine_setup, require_torch
 
     require_torch()
@@ -132,10 +141,13 @@ def cmd_validate(args) -> int:
 
     scenario = load_scenario(args.scenario, args.set)
     source = args.scenario or "<default scenario>"
+    if args.repeats < 1:
+        raise InputError("--repeats", None, f"expected a positive number, got {args.repeats}")
     check_file(args.profile, "--profile", ProfileError, "profile file")
     out = check_out_dir(args.out, "--out", VALIDATION_FILES)
     v = validate(scenario, args.profile, engine_setup(args), source,
-                 log=lambda m: console.print(m), idle=args.idle, cost_mode=args.cost_mode)
+                 log=lambda m: console.print(m), idle=args.idle, cost_mode=args.cost_mode,
+                 repeats=args.repeats)
     import pandas as pd
 
     steps = pd.concat([v.real.steps.assign(run="real"), v.sim.steps.assign(run="sim")],
@@ -146,6 +158,8 @@ def cmd_validate(args) -> int:
         steps.to_csv(st.file("steps.csv"), index=False)
         write_report(v, st.file("report.html"))
     print_validation(v, console)
+    for d in v.diagnosis:
+        console.print(f"  {d}")
     console.print(f"results in {out.resolve()} (validation.json, report.html, requests.csv, "
                   "steps.csv)")
     failed = bounds_exceeded(v.errors, bounds)
@@ -203,10 +217,12 @@ def cmd_import_vidur(args) -> int:
 
 
 def register(sub) -> None:
+    from endpoint.cli import add_endpoint_options
     from engine.cli import add_engine_options
 
     p = sub.add_parser("calibrate", help="measure the engine's costs on this device; write a profile")
-    p.add_argument("--model", default="tiny-llama-12m", help="catalog model (default tiny-llama-12m)")
+    p.add_argument("--model", default=None, help="catalog model (default tiny-llama-12m); with "
+                   "--endpoint: the served model for the simulator (catalog name or config.json)")
     p.add_argument("--out", default=None, help="profile JSON (default profile-MODEL-DEVICE.json)")
     p.add_argument("--quick", action="store_true", help="a small grid (seconds; for smoke tests)")
     p.add_argument("--repeats", type=int, default=None, help="timed runs per point (median kept)")
@@ -219,6 +235,7 @@ def register(sub) -> None:
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--seed", type=int, default=0)
     add_engine_options(p)
+    add_endpoint_options(p, "calibrate")
     p.set_defaults(func=cmd_calibrate)
 
     v = sub.add_parser("validate", help="run a scenario on the engine and simulate it with a "
@@ -236,6 +253,9 @@ def register(sub) -> None:
                    help="price steps with the profile's whole-step fit, its per-op model, or "
                    "its default (the step fit when present)")
     add_engine_options(v)
+    add_endpoint_options(v, "validate")
+    v.add_argument("--repeats", type=int, default=1,
+                   help="measured runs of the workload (2: the run-to-run spread beside the error)")
     v.set_defaults(func=cmd_validate)
 
     i = sub.add_parser("import-vidur", help="turn Vidur's profiling CSVs into a servesim profile")

@@ -33,6 +33,48 @@ def error_stats(joined: pd.DataFrame) -> dict[str, dict[str, float]]:
     return out
 
 
+def spread(first: pd.DataFrame, second: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """How far a second measured run of the same requests is from the first, per request
+    (``|second − first| / first``): the measurement's own noise, to set an error beside."""
+    return error_stats(join(first, second))
+
+
+def breakdown(real: dict[str, float], sim: dict[str, float]) -> dict[str, dict[str, float]]:
+    """Mean seconds per request waiting (arrival → first scheduled: queueing, plus an
+    endpoint's per-request overhead), in prefill (→ first token) and decoding (→ last token),
+    measured and simulated, and the difference as a share of the measured mean E2E."""
+    e2e = real.get("e2e_s") or float("nan")
+    out = {}
+    for k in ("wait_s", "prefill_s", "decode_s", "e2e_s"):
+        r, s = real.get(k), sim.get(k)
+        if r is None or s is None:
+            continue
+        out[k.removesuffix("_s")] = {"real": r, "sim": s, "diff": s - r, "share_of_e2e": (s - r) / e2e}
+    return out
+
+
+def diagnose(errors: dict, spread_: dict, stages: dict, tolerance: float = 0.05) -> list[str]:
+    """Which part of the prediction is off: per metric, the error beside the measurement's
+    own spread; per stage, what its difference adds to the mean E2E."""
+    out = []
+    for m in METRICS:
+        e = errors.get(m, {}).get("median")
+        sp = spread_.get(m, {}).get("median")
+        if e is None or not np.isfinite(e):
+            continue
+        noise = f" (two measured runs differ by {sp:.1%})" if sp is not None and np.isfinite(sp) else ""
+        bias = errors[m].get("bias", 0.0)
+        side = "over" if bias > 0 else "under"
+        out.append(f"{m.upper()}: median error {e:.1%}, simulator {side}-predicts (bias {bias:+.1%}){noise}")
+    parts = [(k, d) for k, d in stages.items() if k != "e2e" and np.isfinite(d.get("share_of_e2e", np.nan))]
+    parts.sort(key=lambda kd: -abs(kd[1]["share_of_e2e"]))
+    for k, d in parts:
+        if abs(d["share_of_e2e"]) >= tolerance / 2:
+            out.append(f"{k}: simulated {d['sim'] * 1e3:.0f} ms vs measured {d['real'] * 1e3:.0f} ms per "
+                       f"request ({d['share_of_e2e']:+.1%} of E2E)")
+    return out
+
+
 def join(real: pd.DataFrame, sim: pd.DataFrame) -> pd.DataFrame:
     """Requests finished in both runs, side by side (``*_real``, ``*_sim``)."""
     cols = ["request_id", "arrival", "prompt_tokens", "output_tokens", "status", "ttft", "tpot",

@@ -80,7 +80,8 @@ def write_report(v: Validation, path: str | Path) -> Path:
              f"{html.escape(p.source)}).</p>" if p else ""]
     parts += [f"<p class='warn'>⚠ {html.escape(w)}</p>" for w in v.warnings]
     rows = [[m.upper(), _pct(e.get("median")), _pct(e.get("p90")), _pct(e.get("max")),
-             _pct(e.get("bias")), _pct(v.adjusted.get(m, {}).get("median"))]
+             _pct(e.get("bias")), _pct(v.adjusted.get(m, {}).get("median")),
+             _pct(v.errors_repeat.get(m, {}).get("median")), _pct(v.spread.get(m, {}).get("median"))]
             for m, e in v.errors.items()]
     ratio = v.machine.get("speed_ratio")
     drift = "" if ratio is None else (
@@ -89,7 +90,19 @@ def write_report(v: Validation, path: str | Path) -> Path:
         "simulation is scaled by that ratio (the machine's drift, not the model).</p>")
     parts.append("<h2>Per-request error |sim − real| / real</h2>"
                  + _table(rows, ["metric", "median", "p90", "max", "median signed (bias)",
-                                 "median, drift-adjusted"]) + drift)
+                                 "median, drift-adjusted", "median vs 2nd run",
+                                 "run-to-run spread (median)"]) + drift)
+    if v.spread:
+        parts.append("<p>The last column compares two measured runs of the same requests, request by "
+                     "request: an error no larger than it is within the measurement's own noise.</p>")
+    if v.breakdown:
+        rows = [[k, f"{d['real'] * 1e3:.1f}", f"{d['sim'] * 1e3:.1f}", f"{d['diff'] * 1e3:+.1f}",
+                 _pct(d["share_of_e2e"])] for k, d in v.breakdown.items()]
+        parts.append("<h2>Where the time goes (mean per request)</h2>"
+                     + _table(rows, ["stage", "real (ms)", "sim (ms)", "sim − real (ms)", "of real E2E"]))
+    if v.diagnosis:
+        parts.append("<h2>Which part of the prediction is off</h2><ul>"
+                     + "".join(f"<li>{html.escape(d)}</li>" for d in v.diagnosis) + "</ul>")
     rows = [[k, _num(d["real"]), _num(d["sim"]), _num(d["diff"]), _pct(d["rel_diff"])]
             for k, d in v.summary.items()]
     parts.append("<h2>Summary metrics</h2>" + _table(rows, ["metric", "real", "sim", "sim − real",

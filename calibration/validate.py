@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from calibration.compare import error_stats, join, step_errors, summary_diff
+from calibration.compare import breakdown, diagnose, error_stats, join, spread, step_errors, summary_diff
 from calibration.realtime import StepRecorder, run_engine
 from sim.errors import InputError, ProfileError
 from sim.loops.run import RunResult, simulate
@@ -35,6 +35,12 @@ class Validation:
     profile: Profile | None = None
     machine: dict[str, float] = field(default_factory=dict)  # probe timings: speed drift
     adjusted: dict[str, dict[str, float]] = field(default_factory=dict)  # errors, drift removed
+    repeat: RunResult | None = None  # a second measured run of the same requests
+    errors_repeat: dict[str, dict[str, float]] = field(default_factory=dict)  # sim vs the 2nd run
+    spread: dict[str, dict[str, float]] = field(default_factory=dict)  # 2nd run vs the 1st
+    breakdown: dict[str, dict[str, float]] = field(default_factory=dict)  # stage -> real / sim
+    diagnosis: list[str] = field(default_factory=list)  # which part of the prediction is off
+    context: dict = field(default_factory=dict)  # what else the run knows (endpoint, client)
 
     def to_json(self) -> dict:
         p = self.profile
@@ -44,6 +50,8 @@ class Validation:
                          "joined": len(self.joined)},
             "errors": self.errors, "summary": self.summary, "steps": self.steps,
             "machine": self.machine, "errors_speed_adjusted": self.adjusted,
+            "errors_vs_repeat": self.errors_repeat, "run_to_run_spread": self.spread,
+            "breakdown": self.breakdown, "diagnosis": self.diagnosis, **self.context,
             "profile": None if p is None else {"model": p.model, "device": p.device.model_dump(),
                                                "dtype": p.dtype, "created": p.created,
                                                "source": p.source},
@@ -105,11 +113,12 @@ def simulate_with(scenario: Scenario, mode: str = "auto", speed: float = 1.0) ->
 
 
 def validate(scenario: Scenario, profile_path: str | Path, setup, source: str = "<scenario>",
-             log=None, idle: str = "sleep", cost_mode: str = "auto") -> Validation:
+             log=None, idle: str = "sleep", cost_mode: str = "auto", repeats: int = 1) -> Validation:
     """Execute ``scenario`` on the engine, simulate it with the profile, compare.
 
     ``idle``: how the engine run waits for arrivals (``sleep`` as ``servesim execute`` does,
-    or ``spin``); ``cost_mode``: the profile's step fit, per-op model, or its default."""
+    or ``spin``); ``cost_mode``: the profile's step fit, per-op model, or its default;
+    ``repeats``: engine runs (a second one gives the measurement's run-to-run spread)."""
     from calibration.calibrate import device_name
     from calibration.harness import Harness
     from calibration.probe import probe
@@ -141,6 +150,11 @@ def validate(scenario: Scenario, profile_path: str | Path, setup, source: str = 
         log(f"executing {scenario.workload.num_requests or ''} requests on the engine "
             f"({setup.device}) ...")
     real = run_engine(pinned, recorder, setup, source, idle)
+    again_real = None
+    if repeats > 1:
+        if log:
+            log("executing it again (the run-to-run spread) ...")
+        again_real = run_engine(pinned, StepRecorder(executor), setup, source, idle)
     if log:
         log("simulating with the profile ...")
     sim = simulate_with(sim_scenario, cost_mode)
@@ -166,9 +180,23 @@ def validate(scenario: Scenario, profile_path: str | Path, setup, source: str = 
         real.steps["predicted"] = pred
     warnings += [f"simulation: {w}" for w in sim.warnings]
     warnings += [f"engine run: {w}" for w in real.warnings]
-    return Validation(real, sim, joined, error_stats(joined),
-                      summary_diff(real.summary, sim.summary), steps, warnings, profile, machine,
-                      adjusted)
+    errors = error_stats(joined)
+    spread_ = spread(real.requests, again_real.requests) if again_real is not None else {}
+    vs_repeat = error_stats(join(again_real.requests, sim.requests)) if again_real is not None else {}
+    stages = breakdown(stage_means(real.requests), stage_means(sim.requests))
+    return Validation(real, sim, joined, errors, summary_diff(real.summary, sim.summary), steps, warnings,
+                      profile, machine, adjusted, again_real, vs_repeat, spread_, stages,
+                      diagnose(errors, spread_, stages))
+
+
+def stage_means(requests: pd.DataFrame) -> dict[str, float]:
+    """Mean seconds per finished request waiting (arrival → first scheduled), in prefill
+    (→ first token), decoding (→ last token), and end to end."""
+    fin = requests[requests["status"] == "finished"]
+    return {"wait_s": float(fin["queueing_delay"].mean()),
+            "prefill_s": float((fin["first_token"] - fin["first_scheduled"]).mean()),
+            "decode_s": float((fin["completion"] - fin["first_token"]).mean()),
+            "e2e_s": float(fin["e2e"].mean())}
 
 
 def machine_drift(profile: Profile, before: float, after: float) -> dict[str, float]:

@@ -11,6 +11,7 @@ import importlib
 EXTRA = [
     "engine.cli:register",
     "calibration.cli:register",
+    "endpoint.cli:register",
     "sim.study.cli:register",
 ]
 

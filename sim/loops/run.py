@@ -64,7 +64,8 @@ def simulate(scenario: Scenario, *, env: simpy.Environment | None = None,
     log = StepLog()
     closed = workload.closed_loop
     if env is None and executor_factory is None and clock is None and _compiled_loop(scenario):
-        from sim.loops.compiled import K_STEPS, run_compiled
+        from sim.loops.compiled import run_compiled
+        from sim.loops.events import K_STEPS
 
         costs = engine_costs(scenario)
         loop = run_compiled(core, encode(costs), closed, log.take, progress)

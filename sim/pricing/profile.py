@@ -21,7 +21,8 @@ ATTN_FEATURES = ("const", "prefill_rows", "prefill_attn", "decode_rows", "decode
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Numbers must be numbers (no true for 1), finite; read from JSON (arrays for pairs).
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class Table(Strict):
@@ -98,6 +99,10 @@ class Profile(Strict):
     step: LinearFit | None = None  # whole-step fit: the preferred model when present
     prefer: Literal["step", "ops"] | None = None  # overrides that choice (calibrate's verdict)
     overhead_s: float = Field(ge=0, default=0.0)  # per step, outside the forward
+    # Per request, outside the steps (an endpoint's HTTP/API path: tokenising, queueing into
+    # the engine, streaming the first token back): added to TTFT and E2E, not to TPOT. The
+    # request reaches the scheduler this long after it was sent. 0 changes nothing.
+    request_overhead_s: float = Field(ge=0, default=0.0)
     notes: list[str] = []
 
     @model_validator(mode="after")
@@ -112,12 +117,15 @@ class Profile(Strict):
 
 
 def load_profile(path: str | Path, field: str = "cost.profile") -> Profile:
+    from sim.inputs import read_text
+
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise ProfileError(str(path), field, "profile file not found (make one with servesim calibrate)")
+    text = read_text(path, field, ProfileError, "profile")
     try:
-        data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
         raise ProfileError(str(path), None, f"not valid JSON: {e}") from None
     if not isinstance(data, dict):
         raise ProfileError(str(path), None, "expected a JSON object")
@@ -126,7 +134,7 @@ def load_profile(path: str | Path, field: str = "cost.profile") -> Profile:
         raise ProfileError(str(path), "schema_version",
                            f"expected {SCHEMA_VERSION}, got {version!r} (re-run servesim calibrate)")
     try:
-        return Profile.model_validate(data)
+        return Profile.model_validate_json(text)
     except ValidationError as e:
         err = e.errors()[0]
         loc = ".".join(str(p) for p in err["loc"])

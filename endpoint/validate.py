@@ -1,0 +1,191 @@
+"""``servesim validate SCENARIO --endpoint URL --profile P``: measure, simulate, compare.
+
+Runs the scenario's requests against the server (``repeats`` times: the second run gives the
+measurement's own spread), times the calibration's speed probe before and after, simulates
+the very requests the first run sent with the profile (and again slowed by the server's drift
+since calibration), and compares per request and in summary with the engine validation's
+rules (``calibration.compare``). The server's ``/metrics`` (vLLM: queue, prefill and decode
+time per request) split the measured latency into stages beside the simulated ones, so a
+miss is attributed to queueing, prefill, decode or the per-request overhead as measured.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from calibration.compare import breakdown, diagnose, error_stats, join, spread, summary_diff
+from calibration.validate import Validation, stage_means
+from endpoint.server_metrics import scrape
+from sim.loops.run import RunResult
+from sim.pricing.profile import load_profile
+from sim.results.metrics import summarize
+
+STAGES = {"queue_s": "vllm:request_queue_time_seconds", "prefill_s": "vllm:request_prefill_time_seconds",
+          "decode_s": "vllm:request_decode_time_seconds", "server_e2e_s": "vllm:e2e_request_latency_seconds"}
+
+
+def server_stages(before, after) -> dict[str, float]:
+    """Mean seconds per request of each stage the server timed between two scrapes."""
+    out = {}
+    if before is None or after is None:
+        return out
+    for k, name in STAGES.items():
+        a, b = after.histogram((name,)), before.histogram((name,))
+        if a and b and a[0] > b[0]:
+            out[k] = (a[1] - b[1]) / (a[0] - b[0])
+    return out
+
+
+@dataclass
+class MeasuredRun:
+    """One measured run, as written to (and read back from) ``runK/``."""
+
+    requests: pd.DataFrame
+    stages: dict[str, float]  # the server's own stage means (vLLM /metrics)
+    client: dict[str, float]  # the client's overhead
+    duration_s: float
+    mode: str  # open or closed
+
+
+def measured_result(scenario, run: MeasuredRun) -> RunResult:
+    steps = pd.DataFrame({"duration": [], "num_seqs": []})
+    return RunResult(scenario, run.requests, steps, summarize(run.requests, steps), [], run.duration_s,
+                     f"measured ({run.mode} loop)")
+
+
+def validate(scenario, profile_path: str | Path, url: str, model: str, *, source: str, tokenizer: str | None,
+             api: str = "completions", exact: bool = True, repeats: int = 1, out: Path | None = None,
+             log=print, progress: bool = True) -> Validation:
+    """Measure the scenario ``repeats`` times between two speed probes, then ``compare``."""
+    from endpoint.calibrate import speed_probe
+    from endpoint.cli import measure
+    from endpoint.loadgen import Options
+    from endpoint.probes import Prober
+    from endpoint.prompts import PromptBuilder
+    from endpoint.records import itl_frame, requests_frame, write_run
+    from endpoint.replay import load_vocab
+    from endpoint.simulate import with_profile
+    from sim.pricing import make_cost_model
+
+    load_profile(profile_path, "--profile")
+    make_cost_model(with_profile(scenario, profile_path, source))  # shape and TP match? (exit 2)
+    vocab = load_vocab(url, tokenizer)
+    prober = Prober(Options(url=url, model=model), PromptBuilder(vocab, 16, 99), metrics=False)
+    before = speed_probe(prober)
+    runs = []
+    for k in range(repeats):
+        m0 = scrape(url)
+        plan, res = measure(scenario, url, model, tokenizer=tokenizer, api=api, exact=exact, source=source,
+                            progress=progress, label=f"{scenario.name} run {k + 1}/{repeats}")
+        stages = server_stages(m0, scrape(url))
+        req = requests_frame(res, scenario.slo, plan.workload.class_names, plan.workload.class_id)
+        if out is not None:
+            write_run(out / f"run{k + 1}", res, req, itl_frame(res),
+                      {"scenario": scenario.name, "endpoint": url, "model": model, "server_stages": stages,
+                       "duration_s": res.duration_s})
+        runs.append(MeasuredRun(req, stages, res.client, res.duration_s, res.mode))
+    after = speed_probe(prober)
+    context = {"url": url, "model": model, "api": api, "speed_probe": {"before": before, "after": after}}
+    return compare(scenario, profile_path, runs, context, source=source, log=log)
+
+
+def read_runs(folder: Path) -> list[MeasuredRun]:
+    """The runs ``validate`` wrote under ``folder`` (run1/, run2/, ...)."""
+    import json
+
+    runs = []
+    k = 1
+    while (folder / f"run{k}" / "requests.parquet").is_file():
+        d = folder / f"run{k}"
+        meta = json.loads((d / "summary.json").read_text())
+        duration = meta.get("duration_s") or meta["bench"]["duration_s"]
+        mode = meta.get("mode", "measured (open loop)").split("(")[-1].split()[0]
+        runs.append(MeasuredRun(pd.read_parquet(d / "requests.parquet"), meta.get("server_stages") or {},
+                                meta.get("client_overhead") or {}, float(duration), mode))
+        k += 1
+    return runs
+
+
+def compare(scenario, profile_path: str | Path, runs: list[MeasuredRun], context: dict, *, source: str,
+            log=print) -> Validation:
+    """Simulate the first run's requests with the profile (and slowed by the server's drift)
+    and compare with every measured run (``calibration.compare``'s rules)."""
+    from endpoint.replay import closed_loop
+    from endpoint.simulate import scaled_profile, simulate_measured, with_profile
+    from sim.traffic import build_workload
+
+    profile = load_profile(profile_path, "--profile")
+    sim_sc = with_profile(scenario, profile_path, source)
+    warnings = []
+    if profile.source != "endpoint":
+        warnings.append(f"profile from {profile.source!r}, not from an endpoint calibration")
+    inferred = profile.grid.get("scheduler", {})
+    for k in ("max_num_seqs", "chunk_size", "block_size"):
+        if k in inferred and getattr(scenario.scheduler, k) != inferred[k]:
+            warnings.append(f"scenario scheduler.{k} = {getattr(scenario.scheduler, k)}, calibration "
+                            f"inferred {inferred[k]}")
+    probe = context.get("speed_probe", {})
+    machine = {}
+    if probe:
+        machine = {"probe_before_s": probe["before"]["probe_s"], "probe_after_s": probe["after"]["probe_s"]}
+        calibrated = profile.grid.get("probe_s")
+        if calibrated:
+            machine["probe_calibration_s"] = float(calibrated)
+            machine["speed_ratio"] = (machine["probe_before_s"] + machine["probe_after_s"]) / 2 / float(calibrated)
+
+    first = runs[0]
+    real = measured_result(scenario, first)
+    req = first.requests
+    ok = (req["status"] == "finished").to_numpy()
+    if not ok.all():
+        warnings.append(f"{int((~ok).sum())} request(s) failed on the server: "
+                        + "; ".join(sorted({e for e in req['error'] if e})[:3]))
+    workload = build_workload(scenario)
+    closed, think = closed_loop(scenario)
+    sends = req["arrival"].to_numpy()
+    prompt = req["prompt_tokens"].to_numpy()
+    output = np.where(ok, req["output_tokens"].to_numpy(), req["max_output_tokens"].to_numpy())
+    if log:
+        log("simulating the same requests with the profile ...")
+    sim = simulate_measured(sim_sc, workload, sends, prompt, output, closed=closed, think_s=think, profile=profile)
+    joined = join(real.requests, sim.requests)
+    adjusted = {}
+    if "speed_ratio" in machine:
+        with tempfile.TemporaryDirectory() as tmp:
+            scaled = scaled_profile(profile, machine["speed_ratio"], Path(tmp) / "scaled.json")
+            again = simulate_measured(with_profile(scenario, scaled, source), workload, sends, prompt, output,
+                                      closed=closed, think_s=think, profile=load_profile(scaled))
+        adjusted = error_stats(join(real.requests, again.requests))
+    repeat = None
+    errors_repeat: dict = {}
+    spread_: dict = {}
+    if len(runs) > 1:
+        repeat = measured_result(scenario, runs[1])
+        spread_ = spread(real.requests, repeat.requests)
+        errors_repeat = error_stats(join(repeat.requests, sim.requests))
+    # vLLM times queue, prefill (scheduled → first token) and decode in the engine; what the
+    # client saw beyond them is waiting too (the API process, the hand-over between steps)
+    stages = first.stages
+    fin = req[ok]
+    real_stages = {"e2e_s": float(fin["e2e"].mean())}
+    if {"prefill_s", "decode_s"} <= stages.keys():
+        real_stages |= {"prefill_s": stages["prefill_s"], "decode_s": stages["decode_s"],
+                        "wait_s": real_stages["e2e_s"] - stages["prefill_s"] - stages["decode_s"]}
+    stages_cmp = breakdown(real_stages, stage_means(sim.requests))
+    errors = error_stats(joined)
+    warnings += [f"simulation: {w}" for w in sim.warnings]
+    ratio = machine.get("speed_ratio", 1.0)
+    if abs(ratio - 1) > 0.1:
+        warnings.append(f"the server ran the speed probe {abs(ratio - 1):.0%} "
+                        f"{'slower' if ratio > 1 else 'faster'} than during calibration: part of the "
+                        "error is the server's drift, not the model")
+    return Validation(real, sim, joined, errors, summary_diff(real.summary, sim.summary), {"n": 0}, warnings,
+                      profile, machine, adjusted, repeat, errors_repeat, spread_, stages_cmp,
+                      diagnose(errors, spread_, stages_cmp),
+                      {"endpoint": {**context, "repeats": len(runs), "loop": first.mode},
+                       "client_overhead": [r.client for r in runs]})

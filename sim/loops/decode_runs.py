@@ -1,0 +1,204 @@
+"""Decode runs: the compiled loop commits a stretch of steady decode steps in one go.
+
+Once every running request of an engine decodes, nobody waits and no event can reach the
+engine before a step ends, the next steps are predictable: each writes one token per row,
+takes a new KV block for the rows whose token starts one, and lets the rows that reach their
+last token go. ``decode_run`` commits such steps one after another with work per step that
+does not grow with the batch (the rows' own updates happen once, when they leave or when the
+run ends), pricing each step with the pricing core and logging it as a step. It stops before
+the first step that would need more blocks than there are (that one must preempt), when the
+batch empties, when the step log is full, or at the first step that ends at or after
+``horizon`` — the next event that could change the engine (the next arrival, when engines
+meet only at arrivals; else the next event of any kind). The state it leaves is the state
+stepping one by one leaves, so the results are identical (tests/sim/test_loops_agree.py
+compares this loop with the SimPy loop, which steps one by one).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sim.core import kvblocks as kv
+from sim.core.commit import finish, itl_bin, log_step, queue_len
+from sim.core.jit import jit
+from sim.core.plan import DECODE_CONTEXT, DECODE_SEQS, NUM_SAMPLED, NUM_SEQS, NUM_TOKENS
+from sim.core.state import (
+    CHUNKED,
+    CONTINUOUS,
+    G_LOG_N,
+    LOG_ROWS,
+    P_BLOCK_SIZE,
+    P_NUM_BLOCKS,
+    P_POLICY,
+    P_REPLICA,
+    P_ROLE,
+    P_SPEC_K,
+    PREFILL,
+    R_COUNT,
+    S_CACHED_AT,
+    S_FREE,
+    S_NREMOTE,
+    S_NRUN,
+    S_NSWAP,
+    S_NTRANSFER,
+    S_NWAIT,
+    S_PN,
+    S_PREEMPTED,
+    S_QUEUED_AT,
+    S_SWAP_IN,
+    S_SWAP_OUT,
+    S_USED_AT,
+    T_DURATION,
+    T_START,
+)
+from sim.loops.events import K_HEAP_N, K_JUMPED, K_STEPS, act, priced, turn
+
+
+@jit
+def steady(c, e, now):
+    """Is engine e's planned step the first of a steady decode run: a continuous or chunked
+    engine, not prefilling for others, not pipelined, no speculation; every running request
+    (and only they) decodes, every one of them had its last token now; nobody waits, nothing
+    is on its way in, nothing was preempted or swapped for this step."""
+    p = c.ep[e]
+    if p[P_POLICY] != CONTINUOUS and p[P_POLICY] != CHUNKED:
+        return False
+    if p[P_ROLE] == PREFILL or p[P_SPEC_K] or c.rp[p[P_REPLICA], R_COUNT] > 1:
+        return False
+    s = c.es[e]
+    if s[S_PN] != s[S_NRUN] or s[S_NWAIT] or s[S_NSWAP] or s[S_NREMOTE] or s[S_NTRANSFER]:
+        return False
+    if s[S_PREEMPTED] or s[S_SWAP_IN] or s[S_SWAP_OUT]:
+        return False
+    ids, new, comp, samp, last = c.p_ids[e], c.p_new[e], c.p_comp[e], c.p_samp[e], c.req.last_token
+    ok = True
+    for i in range(s[S_PN]):
+        ok = ok and new[i] == 1 and comp[i] > 0 and samp[i] and last[ids[i]] == now
+    return ok
+
+
+@jit
+def decode_run(c, costs, L, e, now, end, horizon):
+    """Commit engine e's steady decode steps (the first planned at ``now``, ending at ``end``)
+    that end before ``horizon``. Returns when the step it leaves planned ends (the caller
+    waits for it), or -1 when it handed the engine back to its ordinary turn."""
+    if not end < horizon or c.g[G_LOG_N] == LOG_ROWS:
+        return end
+    r = c.req
+    n = c.es[e, S_PN]
+    bs = c.ep[e, P_BLOCK_SIZE]
+    ids = c.p_ids[e, :n].copy()  # in running order
+    c0 = c.p_comp[e, :n].copy()  # cached tokens before step 1
+    h = r.num_blocks[ids]  # blocks held for step 1
+    rem = r.output_len[ids] - r.num_generated[ids]  # a row's last step
+    grow_at = h * bs - c0 + 1  # the first step that needs a new block, then every bs steps
+    by_growth = np.argsort(grow_at, kind="stable")
+    by_end = np.argsort(rem, kind="stable")  # ties stay in running order
+    live = np.ones(n, dtype=np.bool_)
+    growing = np.zeros(n, dtype=np.bool_)
+    cnt = np.zeros(bs, dtype=np.int64)  # growing rows by the residue of their first growth step
+    classes = np.zeros(c.itl_sum.shape[0], dtype=np.int64)
+    for i in range(n):
+        classes[r.class_id[ids[i]]] += 1
+    k = n  # rows alive
+    context = 0
+    for i in range(n):
+        context += c0[i] + 1
+    g_next = 0
+    f_next = 0
+    j = 1  # the step planned: it started at t_prev and ends at t
+    t_prev, t = now, end
+    while True:
+        # -- commit step j at t (as commit would: tokens, gaps, the log, rows that are done)
+        gap = t - t_prev
+        b = itl_bin(gap)
+        ns = np.int64(gap * 1e9 + 0.5)
+        for cls in range(classes.shape[0]):
+            if classes[cls]:
+                c.itl_hist[cls, b] += classes[cls]
+                c.itl_sum[cls] += ns * classes[cls]
+        log_step(c, e, k, k, k)
+        L.k[K_STEPS] += 1
+        L.k[K_JUMPED] += 1
+        while f_next < n and rem[by_end[f_next]] == j:
+            i = by_end[f_next]
+            f_next += 1
+            rid = ids[i]
+            _materialize(c, rid, c0[i], j, max(h[i], kv.blocks_for(c0[i] + j, bs)), t)
+            finish(c, e, rid, t)
+            live[i] = False
+            k -= 1
+            classes[r.class_id[rid]] -= 1
+            context -= c0[i] + j
+            if growing[i]:
+                cnt[grow_at[i] % bs] -= 1
+        act(c, L, t)
+        if not L.engines_apart[0] and L.k[K_HEAP_N] and L.ht[0] < horizon:
+            horizon = L.ht[0]  # it made an event (a closed-loop user's next request)
+        # -- plan step j + 1 (as schedule would: every row decodes, blocks for those that need one)
+        while g_next < n and grow_at[by_growth[g_next]] <= j + 1:
+            i = by_growth[g_next]
+            g_next += 1
+            if live[i]:
+                growing[i] = True
+                cnt[grow_at[i] % bs] += 1
+        need = cnt[(j + 1) % bs]
+        if k == 0 or need > kv.available(c, e):  # the batch is over, or this step must preempt
+            _leave(c, e, ids, c0, h, live, j, t, bs, False)
+            turn(c, costs, L, e, t)
+            return -1.0
+        kv.allocate(c, e, need)
+        j += 1
+        context += k
+        shape = c.shape[e]
+        shape[NUM_TOKENS] = k
+        shape[NUM_SEQS] = k
+        shape[DECODE_SEQS] = k
+        shape[DECODE_CONTEXT] = context
+        shape[NUM_SAMPLED] = k
+        unused = c.cache.unused[e]
+        c.es[e, S_USED_AT] = c.ep[e, P_NUM_BLOCKS] - c.es[e, S_FREE] - unused
+        c.es[e, S_CACHED_AT] = unused
+        c.es[e, S_QUEUED_AT] = queue_len(c, e)
+        duration = priced(c, costs, L, e)
+        c.ef[e, T_START] = t
+        c.ef[e, T_DURATION] = duration
+        t_prev, t = t, t + duration
+        if not t < horizon or c.g[G_LOG_N] == LOG_ROWS:
+            _leave(c, e, ids, c0, h, live, j, t_prev, bs, True)
+            return t
+
+
+@jit
+def _materialize(c, rid, c0, steps, blocks, last):
+    """A row's state after ``steps`` committed steps of the run."""
+    r = c.req
+    r.num_computed[rid] = c0 + steps
+    r.num_generated[rid] += steps
+    r.num_tokens[rid] += steps
+    r.num_blocks[rid] = blocks
+    r.last_token[rid] = last
+
+
+@jit
+def _leave(c, e, ids, c0, h, live, j, t, bs, planned):
+    """The rows still running, as stepping leaves them: after step j was committed at t, or,
+    when ``planned``, with step j planned (its blocks taken, its rows in the plan) after step
+    j - 1 was committed at t."""
+    committed = j - 1 if planned else j
+    k = 0
+    for i in range(ids.shape[0]):
+        if not live[i]:
+            continue
+        rid = ids[i]
+        _materialize(c, rid, c0[i], committed, max(h[i], kv.blocks_for(c0[i] + j, bs)), t)
+        c.running[e, k] = rid
+        if planned:
+            c.p_ids[e, k] = rid
+            c.p_new[e, k] = 1
+            c.p_comp[e, k] = c0[i] + committed
+            c.p_samp[e, k] = True
+        k += 1
+    c.es[e, S_NRUN] = k
+    if planned:
+        c.es[e, S_PN] = k
