@@ -167,7 +167,8 @@ def timeline(result) -> tuple[go.Figure, str]:
         fig.update_yaxes(rangemode="tozero", row=row, col=1)
     if all(np.nanmax(np.nan_to_num(v["waiting"], nan=0)) < 1 for _, _, v in series):
         fig.update_yaxes(range=[0, 1], row=4, col=1)
-    fig.update_yaxes(range=[0, 100], row=3, col=1)
+    peak = max((np.nanmax(np.nan_to_num(v["kv_all"], nan=0)) for _, _, v in series), default=0)
+    fig.update_yaxes(range=[0, min(100, max(20, 1.15 * peak))], row=3, col=1)  # low use stays readable
     fig.update_xaxes(title_text="simulated time (s)", row=4, col=1)
     base_layout(fig, 760)
     fig.update_layout(legend={"orientation": "h", "y": -0.08, "x": 0}, hovermode="x unified")

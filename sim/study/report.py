@@ -123,11 +123,13 @@ def build_figures(run: StudyRun) -> dict[str, tuple[str, go.Figure]]:
         if obj.rank_by != "max_rate_per_gpu" and gpus_differ and configs["max_rate_per_gpu"].notna().any():
             figs["goodput_per_gpu"] = ("Goodput per GPU: max sustainable rate per GPU",
                                        figures.bars(configs, "max_rate_per_gpu", best, colors=colors))
+    elif isinstance(obj, Cheapest):
+        if "cost_per_hour" in configs and configs["cost_per_hour"].notna().any():
+            figs["cost"] = ("Cost per hour — ★ the answer: the cheapest meeting the SLO; pale: fails it",
+                            figures.bars(configs, "cost_per_hour", best, configs.get("meets_slo"), colors))
     elif "goodput_per_gpu" in configs and configs["goodput_per_gpu"].notna().any():
-        title = "Goodput per GPU — ★ the answer" + ("; pale: fails the SLO" if isinstance(obj, Cheapest) else
-                                                   ": the best over the rates")
-        figs["goodput_per_gpu"] = (title, figures.bars(configs, "goodput_per_gpu", best, configs.get("meets_slo"),
-                                                       colors))
+        figs["goodput_per_gpu"] = ("Goodput per GPU — ★ the answer: the best over the rates",
+                                   figures.bars(configs, "goodput_per_gpu", best, configs.get("meets_slo"), colors))
     x, y = default_pareto(plan)
     points, labels = (runs, ["config", "rate"]) if not isinstance(obj, (MaxRate, Cheapest)) \
         else (configs, ["config"])
@@ -184,7 +186,9 @@ def base_rows(run: StudyRun) -> list[tuple[str, str]]:
     limits = ", ".join(f"{heading(k)} ≤ {cell(k, v)}" for k, v in obj.limits.items())
     rows.append(("meets the SLO when", f"≥ {obj.slo_target:.0%} of requests within it" + (f", and {limits}"
                                                                                          if limits else "")))
-    rows.append(("varies", "; ".join(f"{headers(run).get(f, f)} ({f})" for f in plan.swept) or "nothing"))
+    short = headers(run)
+    rows.append(("varies", "; ".join(f if short.get(f, f) == f else f"{short[f]} ({f})" for f in plan.swept)
+                 or "nothing"))
     return rows
 
 
