@@ -140,7 +140,7 @@ def build_figures(run: StudyRun) -> dict[str, tuple[str, go.Figure]]:
         if len(both) > 1 and figures.distinct(both[x]) > 1 and figures.distinct(both[y]) > 1:
             figs["pareto"] = (f"Pareto front: {figures.nice(y)} against {figures.nice(x)}",
                               figures.pareto(points, x, y, labels, colors))
-    axes = study.report.heatmap or (tuple(plan.swept[:2]) if len(plan.swept) >= 2 else None)
+    axes = study.report.heatmap or heatmap_axes(plan.swept, configs)
     metric = out.headline
     if axes and len(configs) and all(a in configs for a in axes) and metric in configs and \
             configs[metric].notna().any():
@@ -150,6 +150,18 @@ def build_figures(run: StudyRun) -> dict[str, tuple[str, go.Figure]]:
                            f"{names.get(axes[1], axes[1])}",
                            figures.heatmap(configs, axes[0], axes[1], metric, missing, names))
     return figs
+
+
+def heatmap_axes(swept: list[str], configs: pd.DataFrame) -> tuple[str, str] | None:
+    """The first two swept fields that vary across each other (fields zipped together would
+    fill one cell per row: no heatmap), or None."""
+    fields = [f for f in swept if f in configs]
+    for i, fx in enumerate(fields):
+        for fy in fields[i + 1:]:
+            pairs = configs[[fx, fy]].astype(str).drop_duplicates()
+            if len(pairs) > max(pairs[fx].nunique(), pairs[fy].nunique()):
+                return fx, fy
+    return None
 
 
 def _answer_html(run: StudyRun) -> str:
