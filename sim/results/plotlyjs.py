@@ -11,6 +11,9 @@
 from __future__ import annotations
 
 import html
+import os
+import tempfile
+from pathlib import Path
 
 MODES = ("file", "cdn", "inline")
 FILE = "plotly.min.js"
@@ -36,13 +39,43 @@ def script_tag(mode: str) -> str:
 
 def stage(st, mode: str) -> None:
     """Put plotly.min.js into a ``Staging`` folder when the page loads it from there; otherwise
-    remove one an earlier run left."""
-    if mode == "file":
-        from plotly.offline import get_plotlyjs
-
-        st.file(FILE).write_text(get_plotlyjs(), encoding="utf-8")
-    else:
+    remove one an earlier run left. Where it can, the file is a hard link to one copy in the
+    user's cache, so a hundred result folders hold plotly.js once on disk (copying a folder
+    still copies the file)."""
+    if mode != "file":
         st.remove(FILE)
+        return
+    tmp = st.file(FILE)
+    shared = _cached_copy()
+    if shared is not None:
+        try:
+            tmp.unlink()
+            os.link(shared, tmp)
+            return
+        except OSError:  # another file system, no hard links: a copy of its own
+            pass
+    from plotly.offline import get_plotlyjs
+
+    tmp.write_text(get_plotlyjs(), encoding="utf-8")
+
+
+def _cached_copy() -> Path | None:
+    """plotly.js of this plotly version in the user's cache (written once, atomically)."""
+    from plotly.offline import get_plotlyjs, get_plotlyjs_version
+
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "servesim"
+    path = root / f"plotly-{get_plotlyjs_version()}.min.js"
+    if path.is_file():
+        return path
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".plotly-", dir=root)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(get_plotlyjs())
+        os.replace(tmp, path)
+    except OSError:
+        return None
+    return path
 
 
 def no_js_note() -> str:

@@ -181,3 +181,12 @@ def test_requests_table_names_the_engine_each_request_queued_at():
     d = simulate(load_scenario(REPO / "scenarios" / "disaggregated.yaml", ["workload.num_requests=40"]))
     assert (d.requests["arrival_engine"] == 0).all() and (d.requests["replica"] == 1).all()  # prefill 0, decode 1
     assert isinstance(d.requests, pd.DataFrame)
+
+
+def test_plotly_js_is_one_file_on_disk_for_many_folders(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    for name in ("a", "b"):
+        plain_summary(capsys, "--out", tmp_path / name, "--set", "workload.num_requests=20")
+    a, b = tmp_path / "a" / "plotly.min.js", tmp_path / "b" / "plotly.min.js"
+    assert a.read_bytes() == b.read_bytes() and a.stat().st_size > 1_000_000
+    assert a.samefile(b)  # hard links to the user's cached copy (same file system here)
