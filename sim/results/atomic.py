@@ -134,6 +134,8 @@ class Staging:
                 else:
                     os.chmod(tmp, 0o666 & ~UMASK)
                     os.replace(tmp, dest)
+                    if tmp.exists() or tmp.is_symlink():  # two links to one file: rename does nothing
+                        tmp.unlink()
         except OSError as e:
             self.discard()
             raise OutputError(str(self.folder), self.field, f"could not put the results in place: "

@@ -190,3 +190,9 @@ def test_plotly_js_is_one_file_on_disk_for_many_folders(tmp_path, capsys, monkey
     a, b = tmp_path / "a" / "plotly.min.js", tmp_path / "b" / "plotly.min.js"
     assert a.read_bytes() == b.read_bytes() and a.stat().st_size > 1_000_000
     assert a.samefile(b)  # hard links to the user's cached copy (same file system here)
+
+
+def test_a_rerun_leaves_no_temporary_link_behind(tmp_path, capsys):
+    for _ in range(2):  # the second run's plotly.min.js is the same file as the first's
+        plain_summary(capsys, "--out", tmp_path, "--set", "workload.num_requests=20")
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
