@@ -59,39 +59,52 @@ def bin_edges(t_end: float, max_bins: int = MAX_BINS) -> np.ndarray:
     return np.arange(n + 1) * width
 
 
-def _bounds(start: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    end = start + dur
-    end[:-1] = np.minimum(end[:-1], start[1:])  # one engine's steps never overlap
-    return start, end
+class StepClock:
+    """One engine's steps as a clock: ∫ value dt up to each bin edge, in O(steps + bins).
 
+    Steps hold their values over [start, end); one engine's steps never overlap (an end past the
+    next start is cut there)."""
 
-def _integral_at(start, end, value, edges) -> np.ndarray:
-    """∫ value dt from 0 to each edge, ``value`` holding over [start, end) of each step."""
-    t = np.empty(2 * len(start))
-    t[0::2], t[1::2] = start, end
-    f = np.zeros(2 * len(start))
-    area = value * (end - start)
-    cum = np.concatenate([[0.0], np.cumsum(area)])
-    f[0::2], f[1::2] = cum[:-1], cum[1:]
-    if not len(t):
-        return np.zeros(len(edges))
-    return np.interp(edges, t, f, left=0.0, right=f[-1])
+    def __init__(self, start, dur, edges: np.ndarray):
+        self.start = np.asarray(start, float)
+        end = self.start + np.asarray(dur, float)
+        end[:-1] = np.minimum(end[:-1], self.start[1:])
+        self.span = end - self.start
+        self.edges = edges
+        self.k = np.searchsorted(self.start, edges, side="right") - 1  # the last step begun by each edge
+        kk = np.maximum(self.k, 0)
+        self.inside = np.clip(edges - self.start[kk], 0.0, self.span[kk]) if len(self.start) else edges * 0
+        self.busy = self.diff(np.ones(len(self.start)))
+
+    def diff(self, value: np.ndarray) -> np.ndarray:
+        """Per bin, ∫ value dt over the bin."""
+        if not len(self.start):
+            return np.zeros(len(self.edges) - 1)
+        cum = np.concatenate([[0.0], np.cumsum(value * self.span)])
+        kk = np.maximum(self.k, 0)
+        at = np.where(self.k >= 0, cum[kk] + value[kk] * self.inside, 0.0)
+        return np.diff(at)
+
+    def busy_mean(self, value) -> np.ndarray:
+        """Per bin, ``value``'s mean over the time a step ran (NaN: idle all bin)."""
+        area = self.diff(np.asarray(value, float))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(self.busy > 1e-12, area / np.maximum(self.busy, 1e-300), np.nan)
+
+    def per_second(self, amount) -> np.ndarray:
+        """Per bin, ``amount`` per second, each step's amount spread over its duration."""
+        rate = np.asarray(amount, float) / np.maximum(self.span, 1e-12)
+        return self.diff(rate) / np.diff(self.edges)
 
 
 def busy_mean(start, dur, value, edges) -> np.ndarray:
     """Per bin, ``value``'s mean over the time a step ran (NaN: idle all bin)."""
-    s, e = _bounds(np.asarray(start, float), np.asarray(dur, float))
-    busy = np.diff(_integral_at(s, e, np.ones(len(s)), edges))
-    area = np.diff(_integral_at(s, e, np.asarray(value, float), edges))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(busy > 1e-12, area / np.maximum(busy, 1e-300), np.nan)
+    return StepClock(start, dur, edges).busy_mean(value)
 
 
 def per_second(start, dur, amount, edges) -> np.ndarray:
     """Per bin, ``amount`` per second, each step's amount spread over its duration."""
-    s, e = _bounds(np.asarray(start, float), np.asarray(dur, float))
-    d = np.maximum(e - s, 1e-12)
-    return np.diff(_integral_at(s, e, np.asarray(amount, float) / d, edges)) / np.diff(edges)
+    return StepClock(start, dur, edges).per_second(amount)
 
 
 def held_decodes(start, dur, decode, prefill) -> np.ndarray:
@@ -138,18 +151,21 @@ def bin_run(steps: pd.DataFrame, requests: pd.DataFrame, eng: list[Engine], max_
         end = max(end, float(requests["completion"].max()))
     edges = bin_edges(end, max_bins)
     out = Binned(0.5 * (edges[1:] + edges[:-1]), {}, {}, {}, {}, {}, {}, float(edges[1] - edges[0]))
-    col = steps["engine"].to_numpy()
+    cols = {c: steps[c].to_numpy() for c in ("engine", "start", "duration", "decode_seqs", "prefill_tokens",
+                                             "kv_blocks_used", "kv_blocks_cached", "queue_len")}
+    order = np.argsort(cols["engine"], kind="stable")  # each engine's steps together, in time order
+    by_engine = cols["engine"][order]
     for e in eng:
-        rows = np.flatnonzero(col == e.index)
-        s = steps.iloc[rows]
-        start, dur = s["start"].to_numpy(float), s["duration"].to_numpy(float)
+        lo, hi = np.searchsorted(by_engine, [e.index, e.index + 1])
+        s = {c: v[order[lo:hi]] for c, v in cols.items()}
+        clock = StepClock(s["start"], s["duration"], edges)
         cap = max(e.capacity, 1)
-        out.decode[e.index] = busy_mean(start, dur, held_decodes(start, dur, s["decode_seqs"].to_numpy(),
-                                                                 s["prefill_tokens"].to_numpy()), edges)
-        out.prefill_tps[e.index] = per_second(start, dur, s["prefill_tokens"].to_numpy(float), edges)
-        out.kv_active[e.index] = 100 * busy_mean(start, dur, s["kv_blocks_used"].to_numpy(float) / cap, edges)
-        out.kv_cached[e.index] = 100 * busy_mean(start, dur, s["kv_blocks_cached"].to_numpy(float) / cap, edges)
-        out.queued[e.index] = busy_mean(start, dur, s["queue_len"].to_numpy(float), edges)
+        out.decode[e.index] = clock.busy_mean(held_decodes(s["start"], s["duration"], s["decode_seqs"],
+                                                           s["prefill_tokens"]))
+        out.prefill_tps[e.index] = clock.per_second(s["prefill_tokens"])
+        out.kv_active[e.index] = 100 * clock.busy_mean(s["kv_blocks_used"] / cap)
+        out.kv_cached[e.index] = 100 * clock.busy_mean(s["kv_blocks_cached"] / cap)
+        out.queued[e.index] = clock.busy_mean(s["queue_len"])
     engine_of = requests["arrival_engine"].to_numpy() if "arrival_engine" in requests else None
     if engine_of is None:  # an older requests table: by replica (its first engine)
         first = {}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from sim.results import plotlyjs
@@ -80,13 +81,10 @@ def write_results(result, out_dir: str | Path, fmt: str = "parquet", workload=No
     ``workload`` (when given) records which trace files fed the run; ``plotly``: how the report
     gets plotly.js (``sim.results.plotlyjs``)."""
     paths: dict[str, Path] = {}
-    with Staging(out_dir) as st:
+    with Staging(out_dir) as st, ThreadPoolExecutor(max_workers=len(TABLES)) as pool:
+        writes = []  # the tables are written on threads (pyarrow and the CSV writer let go of the GIL)
         for name, frame in zip(TABLES, (result.requests, result.steps), strict=True):
-            tmp = st.file(f"{name}.{fmt}")
-            if fmt == "parquet":
-                frame.to_parquet(tmp, index=False)
-            else:
-                frame.to_csv(tmp, index=False)
+            writes.append(pool.submit(_write_table, frame, st.file(f"{name}.{fmt}"), fmt))
             for other in FORMATS:
                 if other != fmt:
                     st.remove(f"{name}.{other}")
@@ -98,4 +96,13 @@ def write_results(result, out_dir: str | Path, fmt: str = "parquet", workload=No
         plotlyjs.stage(st, plotly)
         if plotly == "file":
             paths["plotly"] = st.final(plotlyjs.FILE)
+        for w in writes:
+            w.result()  # a failed write raises here, inside the staging: nothing is renamed into place
     return paths
+
+
+def _write_table(frame, path: Path, fmt: str) -> None:
+    if fmt == "parquet":
+        frame.to_parquet(path, index=False)
+    else:
+        frame.to_csv(path, index=False)
