@@ -34,7 +34,8 @@ LATENCY_METRIC = re.compile(r"^(ttft|tpot|e2e|queueing_delay)_(mean|p50|p90|p99)
 RUN_METRICS = (
     "slo_attainment", "goodput", "goodput_per_gpu", "request_throughput",
     "output_token_throughput", "ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "tpot_p90",
-    "tpot_p99", "e2e_p50", "e2e_p90", "e2e_p99", "queueing_delay_mean", "preemptions",
+    "tpot_p99", "itl_p50", "itl_p90", "itl_p99", "e2e_p50", "e2e_p90", "e2e_p99", "queueing_delay_mean",
+    "preemptions", "offered_rate",
     "rejected", "unfinished", "requests", "finished", "duration_s", "mean_batch_size",
     "mean_kv_utilization",
 )
