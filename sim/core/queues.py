@@ -1,12 +1,14 @@
 """The queues an engine keeps, linked through the request table: first come, first served
 within a priority level (level 0 first); a preempted request goes back to its level's front.
 Column ``l`` of ``qhead``/``qtail`` is level ``l``'s queue; the last two columns are the
-swapped-out requests and the requests waiting for room to receive their KV cache."""
+swapped-out requests and the requests waiting for room to receive their KV cache. Each engine
+counts its queued requests and the KV blocks their prompts will take (a router weighs those)."""
 
 from __future__ import annotations
 
 from sim.core.jit import leaf
-from sim.core.state import S_NREMOTE, S_NSWAP, S_NWAIT
+from sim.core.kvblocks import blocks_for
+from sim.core.state import P_BLOCK_SIZE, S_NREMOTE, S_NSWAP, S_NWAIT, S_QUEUED_BLOCKS
 
 
 @leaf
@@ -29,6 +31,11 @@ def _count(c, e, q):
 
 
 @leaf
+def _queued_blocks(c, e, rid):
+    return blocks_for(c.req.prompt_len[rid], c.ep[e, P_BLOCK_SIZE])
+
+
+@leaf
 def push_back(c, e, q, rid):
     r = c.req
     tail = c.qtail[e, q]
@@ -40,6 +47,7 @@ def push_back(c, e, q, rid):
         c.qhead[e, q] = rid
     c.qtail[e, q] = rid
     c.es[e, _count(c, e, q)] += 1
+    c.es[e, S_QUEUED_BLOCKS] += _queued_blocks(c, e, rid)
 
 
 @leaf
@@ -54,6 +62,7 @@ def push_front(c, e, q, rid):
         c.qtail[e, q] = rid
     c.qhead[e, q] = rid
     c.es[e, _count(c, e, q)] += 1
+    c.es[e, S_QUEUED_BLOCKS] += _queued_blocks(c, e, rid)
 
 
 @leaf
@@ -68,6 +77,7 @@ def pop_front(c, e, q):
         c.qtail[e, q] = -1
     r.qnext[rid] = -1
     c.es[e, _count(c, e, q)] -= 1
+    c.es[e, S_QUEUED_BLOCKS] -= _queued_blocks(c, e, rid)
     return rid
 
 

@@ -3,7 +3,8 @@ a prefilled one moves to), and which of a pipelined replica's virtual engines ta
 
 - round-robin: in turn.
 - least-outstanding: fewest requests queued, running or arriving (vLLM production-stack, JSQ).
-- least-kv: lowest share of KV blocks in active use, then fewest outstanding.
+- least-kv: lowest share of KV blocks in active use or promised to queued prompts, then fewest
+  outstanding.
 - power-of-two: two replicas drawn at random, the one with fewer outstanding requests wins.
 - prefix-affinity: the replica that already holds the longest prefix of the request's prompt
   (as far as the router has seen: what it routed there, forgotten least recently used first,
@@ -41,6 +42,7 @@ from sim.core.state import (
     S_FREE,
     S_NRUN,
     S_NTRANSFER,
+    S_QUEUED_BLOCKS,
 )
 
 
@@ -60,13 +62,14 @@ def outstanding(c, r):
 
 @jit
 def kv_load(c, r):
-    """Share of KV blocks in active use (cached but unused ones are reclaimable), averaged over
-    the replica's engines."""
+    """Share of KV blocks in active use (cached but unused ones are reclaimable) or promised to
+    the queued requests' prompts, averaged over the replica's engines: a burst does not all go
+    to the replica whose queue has not been admitted yet."""
     first = c.rp[r, R_FIRST]
     k = c.rp[r, R_COUNT]
     total = 0.0
     for e in range(first, first + k):
-        used = c.ep[e, P_NUM_BLOCKS] - c.es[e, S_FREE] - c.cache.unused[e]
+        used = c.ep[e, P_NUM_BLOCKS] - c.es[e, S_FREE] - c.cache.unused[e] + c.es[e, S_QUEUED_BLOCKS]
         total += used / max(c.ep[e, P_NUM_BLOCKS], 1)
     return total / k
 

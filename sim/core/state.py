@@ -33,8 +33,8 @@ COLOCATED, PREFILL, DECODE = range(3)
 ROLES = {"colocated": COLOCATED, "prefill": PREFILL, "decode": DECODE}
 # Engine counters: es[e, ...] (int64).
 (S_FREE, S_HOST_FREE, S_NRUN, S_NWAIT, S_NSWAP, S_NREMOTE, S_NTRANSFER, S_PREEMPTED, S_PN, S_SWAP_IN, S_SWAP_OUT,
- S_BATCH_N, S_USED_AT, S_CACHED_AT, S_QUEUED_AT) = range(15)
-NUM_ES = 15
+ S_BATCH_N, S_USED_AT, S_CACHED_AT, S_QUEUED_AT, S_QUEUED_BLOCKS) = range(16)
+NUM_ES = 16  # S_QUEUED_BLOCKS: the blocks the queued requests' prompts will take
 # Engine clocks: ef[e, ...] (float64).
 T_WAKE_AT, T_START, T_DURATION = range(3)
 NUM_EF = 3

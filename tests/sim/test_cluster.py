@@ -3,6 +3,8 @@ parallelism, swap, quantization, speculative decoding, mixture of experts."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -40,6 +42,20 @@ def test_load_aware_routers_favour_the_faster_replica(router):
     finished_all(r)
     counts = r.requests["replica"].value_counts()
     assert counts[0] > counts[1], counts  # the B200 drains its queue faster, so gets more
+
+
+def test_least_kv_counts_the_blocks_queued_prompts_will_take():
+    """A burst must not herd onto the replica whose KV share is lowest only because no step has
+    admitted what was just routed there: least-kv's tail TTFT stays near round-robin's."""
+    from sim.scenario.schema import load_scenario
+
+    burst = ["workload.arrival.cv=3", "hardware.memory_utilization=0.9", "workload.arrival.rate=40",
+             "workload.output_len.mean=250", "workload.output_len.sigma=0.8", "workload.output_len.max=1024",
+             "workload.prompt_len.sigma=1.0", "workload.num_requests=2000"]
+    path = Path(__file__).resolve().parents[2] / "scenarios" / "router-least-kv.yaml"
+    lkv = simulate(load_scenario(path, burst)).summary
+    rr = simulate(load_scenario(path, [*burst, "router.policy=round-robin"])).summary
+    assert lkv["ttft_p99"] <= 1.2 * rr["ttft_p99"], (lkv["ttft_p99"], rr["ttft_p99"])
 
 
 def test_heterogeneous_replicas_have_their_own_speed():
