@@ -11,6 +11,10 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 # The compiled core checks every array index in tests (an IndexError, not memory corruption);
 # its builds are kept apart from unchecked ones (sim/core/jit.py stamps them with the setting).
 os.environ.setdefault("NUMBA_BOUNDSCHECK", "1")
+# A first small `servesim run` would otherwise run the core as Python while a background process
+# builds it (sim/core/build.py); the suite compiles in the foreground (tests/sim/test_build.py
+# covers the background path).
+os.environ.setdefault("SERVESIM_BACKGROUND_BUILD", "0")
 
 import pytest
 

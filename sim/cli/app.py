@@ -14,7 +14,7 @@ from sim.results import plotlyjs
 
 
 def cmd_run(args) -> int:
-    from sim.loops.run import simulate
+    from sim.core import build
     from sim.results.write import check_results_dir
     from sim.scenario.schema import load_scenario
     from sim.traffic import build_workload
@@ -22,6 +22,11 @@ def cmd_run(args) -> int:
     scenario = load_scenario(args.scenario, args.set)
     workload = build_workload(scenario)  # reads and checks traces before anything runs
     check_results_dir(args.out, args.format)  # and the output folder
+    if not args.profile_sim and build.should_interpret_first_run(scenario.simulation.loop, len(workload)):
+        build.interpret_this_process()  # before the core is imported: this run does not wait for numba
+        build.start_background_build()
+    from sim.loops.run import simulate
+
     bar, cb = progress_callback(len(workload))
     if args.profile_sim:
         import cProfile
@@ -139,7 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--cluster", action="store_true", help="also run 1,000,000 requests over 8 replicas")
     bench.add_argument("--scaling", action="store_true", help="also run 10k, 100k and 1M requests")
     bench.add_argument("--startup", action="store_true",
-                       help="also time a 2,000-request servesim run, warm and in a fresh checkout (empty cache)")
+                       help="also time a 2,000-request servesim run: warm, and in a fresh checkout (empty "
+                            "build cache; the build made in the background, or in the foreground)")
     bench.add_argument("--loop", choices=["compiled", "simpy", "both"], default="compiled",
                        help="which simulation loop to measure (both: side by side, with their ratio)")
     bench.add_argument("--cost", choices=["roofline", "profile"], default="roofline",

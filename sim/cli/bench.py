@@ -127,6 +127,25 @@ def cli_run_s(env: dict | None = None) -> float:
         return time.perf_counter() - t0
 
 
+def startup_s() -> dict[str, float]:
+    """Start-up costs of a 2,000-request ``servesim run``: warm; the first run in a fresh checkout
+    (empty build cache: it runs as Python while the build is made in the background), how long
+    that build takes, the run after it; and the first run made to compile in the foreground."""
+    out = {"small_run_warm_s": cli_run_s()}
+    with tempfile.TemporaryDirectory() as cache:
+        t0 = time.perf_counter()
+        out["first_run_cold_s"] = cli_run_s({"NUMBA_CACHE_DIR": cache, "SERVESIM_BACKGROUND_BUILD": "1"})
+        while not list(Path(cache).glob("*.ready")):
+            if time.perf_counter() - t0 > 900 or not list(Path(cache).glob("*.building")):
+                break  # the build failed or stalled: the next run compiles for itself
+            time.sleep(0.2)
+        out["background_build_s"] = time.perf_counter() - t0
+        out["second_run_s"] = cli_run_s({"NUMBA_CACHE_DIR": cache})
+    with tempfile.TemporaryDirectory() as cache:
+        out["first_run_compiling_s"] = cli_run_s({"NUMBA_CACHE_DIR": cache, "SERVESIM_BACKGROUND_BUILD": "0"})
+    return {k: round(v, 2) for k, v in out.items()}
+
+
 def run_bench(args) -> int:
     from sim.cli.console import console, print_rows
 
@@ -154,9 +173,7 @@ def run_bench(args) -> int:
             rows.append(measure(f"scaling {n:,}", default_overrides(n, cost=args.cost)))
     extra = {}
     if args.startup:
-        extra["small_run_warm_s"] = round(cli_run_s(), 2)
-        with tempfile.TemporaryDirectory() as cache:
-            extra["first_run_cold_s"] = round(cli_run_s({"NUMBA_CACHE_DIR": cache}), 2)
+        extra |= startup_s()
 
     records = [m.row() | ({"meets_20k": m.rps >= TARGET_RPS} if args.scenarios is not None else {}) for m in rows]
     if args.format == "json":

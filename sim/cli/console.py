@@ -97,6 +97,12 @@ def finish_run(result, out: str, fmt: str, verb: str, workload=None, plotly: str
 
         if compiled_this_process():
             console.print("(this run compiled the simulation loop first; later runs load the cached build)")
+    elif result.loop == "interpreted":
+        from sim.core import build
+
+        console.print("(the core ran as plain Python: numba is not installed or SERVESIM_JIT=0)" if not build.first_run
+                      else "(first run of this version of the core: it ran as plain Python while the compiled "
+                      "build is made in the background; later runs load it)")
     console.print(f"{verb} {len(result.requests)} requests in {result.wall_s:.2f} s wall; "
                   f"results in {Path(out).resolve()} ({', '.join(p.name for p in paths.values())})")
     n, rejected = result.summary.get("requests", 0), result.summary.get("rejected", 0)

@@ -11,35 +11,26 @@ the same results, slowly.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 
-try:
+from sim.core.build import CORE_FILES, CORE_STAMP, interpreted, user_cache
+
+HAVE_NUMBA = False  # whether the core is compiled: numba is installed and not turned off (SERVESIM_JIT=0)
+if not interpreted():
     from numba import njit as _njit
     from numba.core import types as _types
     from numba.experimental import structref as _structref
 
     HAVE_NUMBA = True
-except ImportError:  # pragma: no cover - exercised where numba is not installed
-    HAVE_NUMBA = False
 
 
-# The compiled core spans these folders. Numba's cache checks only a function's own file, so a
-# change to a callee elsewhere would leave a caller's stale build in use: here every file of the
-# core stamps every cached function, and any change recompiles them all. The builds live in a
-# folder per user named by that stamp (so every checkout of the same core shares one build),
-# or under NUMBA_CACHE_DIR when it is set, or beside the source when neither is writable. Builds
-# with array bounds checks (NUMBA_BOUNDSCHECK=1, as the tests run) get their own stamp.
-_SIM = Path(__file__).resolve().parents[1]
-CORE_FILES = frozenset(str(p) for d in ("core", "pricing", "loops") for p in (_SIM / d).glob("*.py"))
-CORE_STAMP = hashlib.sha256(b"".join(Path(p).read_bytes() for p in sorted(CORE_FILES))
-                            + os.environ.get("NUMBA_BOUNDSCHECK", "").encode()).hexdigest()
-
-
-def _user_cache() -> Path:
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return root / "servesim" / f"numba-{CORE_STAMP[:16]}"
+# Numba's cache checks only a function's own file, so a change to a callee elsewhere would leave a
+# caller's stale build in use: here every file of the core stamps every cached function
+# (``build.CORE_STAMP``), and any change recompiles them all. The builds live in a folder per user
+# named by that stamp (so every checkout of the same core shares one build), or under
+# NUMBA_CACHE_DIR when it is set, or beside the source when neither is writable. Builds with
+# array bounds checks (NUMBA_BOUNDSCHECK=1, as the tests run) get their own stamp.
 
 
 if HAVE_NUMBA:
@@ -66,7 +57,7 @@ if HAVE_NUMBA:
 
         def __init__(self, py_func, py_file):
             super().__init__(py_func, py_file)
-            self._cache_path = str(_user_cache() / Path(py_file).resolve().parent.name)
+            self._cache_path = str(user_cache() / Path(py_file).resolve().parent.name)
 
     class CoreInTreeLocator(_CoreStamp, _public("InTreeCacheLocator")):
         """The core's builds beside their source."""

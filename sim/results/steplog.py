@@ -1,11 +1,13 @@
-"""The step log: one row per engine step, gathered from the core's log chunks."""
+"""The step log: one row per engine step, gathered from the core's log chunks, engine by engine."""
 
 from __future__ import annotations
+
+from collections import defaultdict
 
 import numpy as np
 import pandas as pd
 
-from sim.core.state import G_LOG_N, LOG_INT_COLUMNS, Core
+from sim.core.state import G_LOG_N, L_ENGINE, LOG_INT_COLUMNS, Core
 
 COLUMNS = {
     "replica": np.int32,
@@ -24,38 +26,49 @@ FLOAT_COLUMNS = ("start", "duration")
 
 
 class StepLog:
-    """Takes the core's log chunks as they fill (copying each column out) and makes one frame."""
+    """Takes the core's log chunks as they fill and makes one frame, ordered by engine, then start.
+
+    Steps are logged as they end, so engines interleave in a chunk; each chunk is split by engine
+    as it is taken (one copy), so the frame needs one concatenation and no global sort."""
 
     def __init__(self) -> None:
-        self.chunks: dict[str, list[np.ndarray]] = {name: [] for name in COLUMNS}
+        self.parts: dict[int, dict[str, list[np.ndarray]]] = defaultdict(lambda: {n: [] for n in COLUMNS})
 
     def take(self, core: Core) -> None:
         n = int(core.g[G_LOG_N])
         if n:
-            for i, name in enumerate(FLOAT_COLUMNS):
-                self.chunks[name].append(core.log_f[i, :n].copy())
-            for i, name in enumerate(LOG_INT_COLUMNS):
-                self.chunks[name].append(core.log_i[i, :n].copy())
+            engine = core.log_i[L_ENGINE, :n]
+            order = np.argsort(engine, kind="stable")  # each engine's steps together, still in time order
+            engines, cuts = np.unique(engine[order], return_index=True)
+            cuts = cuts[1:]
+            columns = [(name, core.log_f[i, :n]) for i, name in enumerate(FLOAT_COLUMNS)]
+            columns += [(name, core.log_i[i, :n]) for i, name in enumerate(LOG_INT_COLUMNS)]
+            for name, col in columns:
+                for e, piece in zip(engines.tolist(), np.split(col[order], cuts), strict=True):
+                    self.parts[e][name].append(piece)
         core.g[G_LOG_N] = 0
 
     def frame(self, core: Core) -> pd.DataFrame:
-        """Every step, ordered by start time then engine; hands its memory over."""
+        """Every step, ordered by engine, then start time; hands its memory over."""
         self.take(core)
+        engines = sorted(self.parts)
         cols = {}
-        for name, dtype in COLUMNS.items():  # one column at a time, dropping its chunks as we go
-            parts = self.chunks[name]
-            cols[name] = np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
-            parts.clear()
+        for name, dtype in COLUMNS.items():  # one column at a time, dropping its pieces as we go
+            pieces = [p for e in engines for p in self.parts[e][name]]
+            cols[name] = np.concatenate(pieces).astype(dtype, copy=False) if pieces else np.zeros(0, dtype=dtype)
+            for e in engines:
+                self.parts[e][name].clear()
+        self.parts.clear()
         return ordered_frame(cols)
 
 
 def ordered_frame(cols: dict[str, np.ndarray]) -> pd.DataFrame:
-    """The step columns as a frame ordered by start time, then engine (steps are logged as
-    they end, so engines interleave); no copy when they are in order already."""
+    """The step columns as a frame ordered by engine, then start time; no copy when they are in
+    that order already (as the step log makes them: one engine's steps never overlap)."""
     start, engine = cols["start"], cols["engine"]
-    ordered = bool(np.all((start[1:] > start[:-1]) | ((start[1:] == start[:-1]) & (engine[1:] >= engine[:-1]))))
+    ordered = bool(np.all((engine[1:] > engine[:-1]) | ((engine[1:] == engine[:-1]) & (start[1:] >= start[:-1]))))
     if not ordered:
-        order = np.lexsort((engine, start))
+        order = np.lexsort((start, engine))
         for name in COLUMNS:
             cols[name] = cols[name][order]
     return pd.DataFrame(cols, copy=False)
