@@ -140,7 +140,10 @@ def engines_of(scenario) -> list[EngineSpec]:
 def build_core(scenario, table: RequestTable) -> Core:
     """The core of ``scenario``'s cluster over ``table``'s requests, nothing arrived yet."""
     specs = scenario.replica_specs
-    pf = np.array([(scenario.cost.step_overhead_s, scenario.model_spec.hidden_size * 2 / r.hardware.tp,
+    from sim.pricing.roofline import engine_of
+
+    overhead = engine_of(scenario).step_overhead_s
+    pf = np.array([(overhead, scenario.model_spec.hidden_size * 2 / r.hardware.tp,
                     r.gpu.interconnect_bandwidth, 5e-6) for r in specs])
     lk = np.zeros(5)
     if scenario.disaggregation is not None:

@@ -1,0 +1,66 @@
+"""Achievable fractions of a GPU's datasheet peaks, per GPU architecture and math dtype: the GEMM
+efficiency curve, HBM streaming, attention kernels, and the small-message latency of a collective
+on each link. Fitted constants, in ``sim/scenario/data/calibrated.yaml``; docs/roofline.md gives
+the evidence."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+import yaml
+
+from sim.scenario.specs.gpus import GpuSpec
+
+FILE = "calibrated.yaml"
+
+
+@cache
+def calibrated() -> dict:
+    """The fitted constants (``benchmarks/published_fit.py`` writes them)."""
+    return yaml.safe_load(resources.files("sim.scenario.data").joinpath(FILE).read_text())
+
+
+def _arch(gpu: GpuSpec) -> dict:
+    gpus = calibrated()["gpus"]
+    return gpus.get(gpu.arch, gpus["default"])
+
+
+def math_class(gpu: GpuSpec, dtype: str) -> str:
+    """The tensor-core class a GEMM in ``dtype`` runs on: 8-bit (fp8, int8 where the GPU has 8-bit
+    tensor cores) or 16-bit (everything else, weight-only formats included)."""
+    return "fp8" if gpu.peak_flops(dtype) > gpu.bf16_flops else "bf16"
+
+
+@dataclass(frozen=True)
+class GemmCurve:
+    """A GEMM of M rows reaches ``peak_fraction · M / (M + half_rows)`` of the dense peak."""
+
+    peak_fraction: float
+    half_rows: float
+
+    def fraction(self, rows: float) -> float:
+        return self.peak_fraction * rows / (rows + self.half_rows)
+
+
+def gemm_curve(gpu: GpuSpec, dtype: str) -> GemmCurve:
+    peak, half = _arch(gpu)[f"gemm_{math_class(gpu, dtype)}"]
+    return GemmCurve(float(peak), float(half))
+
+
+def hbm_fraction(gpu: GpuSpec) -> float:
+    return float(_arch(gpu)["hbm_fraction"])
+
+
+def attention(gpu: GpuSpec) -> dict[str, float]:
+    a = _arch(gpu)
+    return {"prefill_fraction": float(a["attn_prefill_fraction"]), "decode_row_s": float(a["decode_row_s"])}
+
+
+def collective_latency(gpu: GpuSpec, tp: int) -> float:
+    """Seconds of one small all-reduce among ``tp`` GPUs of a node on ``gpu``'s interconnect: a
+    base latency plus one per peer (the steps of NCCL's ring and tree algorithms grow with the
+    group)."""
+    base, per_peer = (calibrated().get("links") or {}).get(gpu.interconnect, (gpu.link.latency_s, 0.0))
+    return float(base) + float(per_peer) * (tp - 1)
