@@ -34,14 +34,14 @@ from sim.scenario.specs.models import DTYPE_BYTES
 NO_OVERHEAD = EngineCost()
 BUS_FRACTION = 0.8  # an all-reduce's bus bandwidth as a share of the link's (nccl-tests busbw on NVLink)
 
-# The parameter row (float64). A GEMM op of x tokens costs max(F·(x + HALF), B0 + B1·x): its compute
-# at the plateau efficiency, with small-M GEMMs reaching x / (x + HALF) of it; its weights and
-# activations streamed from HBM.
+# The parameter row (float64). A GEMM op of x tokens computes for c = F·x (at the plateau efficiency)
+# and streams its weights and activations for m = B0 + B1·x; it takes max(c, m) + OVERLAP·min(c, m):
+# loads and math overlap imperfectly, most visibly near the ridge (see gemm_seconds).
 (OVERHEAD, QKV_F, QKV_B0, QKV_B1, O_F, O_B0, O_B1, MLP_F, MLP_B0, MLP_B1, PRE_F, PRE_B, DEC_F, DEC_B, REST,
  LM_F, LM_B, TP, LAYERS, HIDDEN, ABYTES, LINK, COLL_LATENCY, IS_MOE, EXPERTS, TOPK, EXPERT_PARAMS, WBYTES,
- FLOPS, BANDWIDTH, EXPERT_PARALLEL, KV_TOKEN_GPU, HOST_BW, HALF, LM_HALF, ROW_OVERHEAD, LAYER_FIXED,
- DEC_ROW) = range(38)
-NUM_PARAMS = 38
+ FLOPS, BANDWIDTH, EXPERT_PARALLEL, KV_TOKEN_GPU, HOST_BW, OVERLAP, LM_OVERLAP, ROW_OVERHEAD, LAYER_FIXED,
+ DEC_ROW, EAGER_FIXED) = range(39)
+NUM_PARAMS = 39
 
 # Operations, in the order a step's time adds them up (decode attention last).
 (OP_QKV, OP_O, OP_MLP, OP_MOE_MLP, OP_MOE_ROUTER, OP_ATTN_PREFILL, OP_NORMS, OP_LM_HEAD, OP_ALLREDUCE,
@@ -76,8 +76,8 @@ def roofline_params(model: ModelSpec, gpu: GpuSpec, *, tp: int = 1, pp: int = 1,
         return L * 2 * params / tp / flops, L * params * wbytes / tp / bw, L * act_b
 
     p[OVERHEAD], p[ROW_OVERHEAD] = engine.step_overhead_s, engine.row_overhead_s
-    p[LAYER_FIXED] = L * engine.layer_latency_s
-    p[HALF], p[LM_HALF] = gemm.half_rows, head.half_rows
+    p[LAYER_FIXED], p[EAGER_FIXED] = L * engine.layer_latency_s, L * engine.eager_layer_latency_s
+    p[OVERLAP], p[LM_OVERLAP] = gemm.overlap, head.overlap
     p[QKV_F:QKV_B1 + 1] = linear(h * (m.q_size + 2 * m.kv_size))
     p[O_F:O_B1 + 1] = linear(m.q_size * h)
     if not m.is_moe:
@@ -121,9 +121,9 @@ def roofline_ops(p, draft, s, out):
 
 
 @leaf
-def _gemm(f, half, b0, b1, x):
-    """A GEMM of ``x`` rows: compute at the curve's efficiency, or streaming its weights."""
-    return _max(f * (x + half), b0 + b1 * x) if x > 0.0 else 0.0
+def _gemm(c, m, overlap):
+    """A GEMM computing for ``c`` and streaming for ``m`` seconds (see GemmCurve)."""
+    return _max(c, m) + overlap * (m if c >= m else c)
 
 
 @jit
@@ -131,17 +131,18 @@ def _model_ops(p, s, out):
     """Every operation but the draft model's."""
     out[:] = 0.0
     tokens = s[NUM_TOKENS]
-    half = p[HALF]
-    out[OP_QKV] = _gemm(p[QKV_F], half, p[QKV_B0], p[QKV_B1], tokens)
-    out[OP_O] = _gemm(p[O_F], half, p[O_B0], p[O_B1], tokens)
-    out[OP_MLP] = _gemm(p[MLP_F], half, p[MLP_B0], p[MLP_B1], tokens)
+    w = p[OVERLAP]
+    if tokens > 0.0:
+        out[OP_QKV] = _gemm(p[QKV_F] * tokens, p[QKV_B0] + p[QKV_B1] * tokens, w)
+        out[OP_O] = _gemm(p[O_F] * tokens, p[O_B0] + p[O_B1] * tokens, w)
+        out[OP_MLP] = _gemm(p[MLP_F] * tokens, p[MLP_B0] + p[MLP_B1] * tokens, w)
     L, tp = p[LAYERS], p[TP]
     if p[IS_MOE] != 0.0:
         h, k, e, expert = p[HIDDEN], p[TOPK], p[EXPERTS], p[EXPERT_PARAMS]
         act = tokens * h * p[ABYTES]
-        touched = e * (1.0 - (1.0 - k / e) ** _max(tokens, 1.0))  # distinct experts read (each its own GEMM)
-        out[OP_MOE_MLP] = L * _max(2.0 * expert / tp / p[FLOPS] * (tokens * k + touched * half),
-                                   (touched * expert * p[WBYTES] / tp + 2.0 * act * k) / p[BANDWIDTH])
+        touched = e * (1.0 - (1.0 - k / e) ** _max(tokens, 1.0))  # distinct experts read
+        out[OP_MOE_MLP] = L * _gemm(2.0 * tokens * k * expert / tp / p[FLOPS],
+                                    (touched * expert * p[WBYTES] / tp + 2.0 * act * k) / p[BANDWIDTH], w)
         out[OP_MOE_ROUTER] = L * _max(2.0 * tokens * h * e / p[FLOPS], h * e * p[WBYTES] / p[BANDWIDTH])
     prefill = s[PREFILL_TOKENS]
     if prefill > 0.0:  # causal: a row of q new tokens on c cached ones attends q·c + q²/2 pairs
@@ -155,7 +156,8 @@ def _model_ops(p, s, out):
     out[OP_ATTN_DECODE] = _max(f * s[DECODE_CONTEXT], p[DEC_B] * s[DECODE_CONTEXT]) + p[DEC_ROW] * s[DECODE_SEQS]
     out[OP_NORMS] = p[REST] * tokens
     rows = s[NUM_SAMPLED] + verify
-    out[OP_LM_HEAD] = _gemm(p[LM_F], p[LM_HALF], p[LM_B], 0.0, rows)  # weights read if any row samples
+    if rows > 0.0:  # weights read if any row samples
+        out[OP_LM_HEAD] = _gemm(p[LM_F] * rows, p[LM_B], p[LM_OVERLAP])
     if tp > 1.0:
         act = tokens * p[HIDDEN] * p[ABYTES]
         if p[EXPERT_PARALLEL] != 0.0:  # attention all-reduce, then dispatch + combine all-to-all
@@ -165,7 +167,8 @@ def _model_ops(p, s, out):
             out[OP_ALLREDUCE] = 2.0 * L * _collective(p, act, 2.0 * (tp - 1.0) / tp)
     if s[SWAP_TOKENS] != 0.0:
         out[OP_SWAP] = s[SWAP_TOKENS] * p[KV_TOKEN_GPU] / p[HOST_BW]
-    out[OP_LAYER_FIXED] = p[LAYER_FIXED] if tokens > 0.0 else 0.0
+    if tokens > 0.0:  # steps with prefill rows run eagerly (no CUDA graph): each kernel is launched
+        out[OP_LAYER_FIXED] = p[LAYER_FIXED] + (p[EAGER_FIXED] if prefill > 0.0 else 0.0)
 
 
 @jit

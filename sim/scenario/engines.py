@@ -17,7 +17,7 @@ import yaml
 
 FILE = "engines.yaml"
 DEFAULT_ENGINE = "vllm"
-COST_FIELDS = ("step_overhead_s", "row_overhead_s", "layer_latency_s", "decode_gqa_reread")
+COST_FIELDS = ("step_overhead_s", "row_overhead_s", "layer_latency_s", "eager_layer_latency_s", "decode_gqa_reread")
 
 
 @cache
@@ -37,6 +37,7 @@ class EngineCost:
     step_overhead_s: float = 0.0
     row_overhead_s: float = 0.0
     layer_latency_s: float = 0.0
+    eager_layer_latency_s: float = 0.0  # more per layer in steps that prefill (run without CUDA graphs)
     # Share of a KV head's extra reads per query head its decode-attention kernel makes: 0 when the
     # kernel reads each KV head once for its whole group (GQA-aware kernels: FlashInfer, XQA), up
     # to 1 when every query head streams its KV again.

@@ -129,6 +129,7 @@ class Scheduler(Strict):
     preemption: Literal["recompute", "swap"] = "recompute"
     prefix_caching: bool = False
     speculative: Speculative | None = None
+    num_scheduler_steps: PositiveInt = 1  # continuous: decode rounds of this many steps (vLLM multi-step)
 
     @model_validator(mode="after")
     def _budget_holds_decodes(self):
@@ -136,6 +137,8 @@ class Scheduler(Strict):
             raise ValueError(
                 f"chunk_size ({self.chunk_size}) must be ≥ max_num_seqs ({self.max_num_seqs}): "
                 "every running request decodes one token of the step's budget")
+        if self.num_scheduler_steps > 1 and self.policy != "continuous":
+            raise ValueError("num_scheduler_steps > 1 (multi-step scheduling) needs policy: continuous")
         if self.policy == "static" and (self.prefix_caching or self.preemption == "swap"
                                         or self.speculative):
             raise ValueError("static batching reserves memory whole: prefix_caching, swap "
@@ -217,6 +220,7 @@ class Engine(Strict):
     step_overhead_s: NonNegativeFloat | None = None  # per step: scheduler, input preparation, sampling
     row_overhead_s: NonNegativeFloat | None = None  # per running request per step
     layer_latency_s: NonNegativeFloat | None = None  # kernels' fixed latency per layer and step
+    eager_layer_latency_s: NonNegativeFloat | None = None  # more per layer in steps that prefill (no CUDA graph)
     decode_gqa_reread: Annotated[float, Field(ge=0, le=1)] | None = None  # extra KV reads per grouped query head
     memory_of: Literal["total", "free"] | None = None  # what hardware.memory_utilization is a share of
 

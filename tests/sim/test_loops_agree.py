@@ -110,6 +110,10 @@ FEATURES = {
     "prefix-affinity": {"replicas": 3, "router": {"policy": "prefix-affinity", "balance_abs": 2},
                         "scheduler__prefix_caching": True, **SHARED, **BURSTY},
     "closed-loop": {"workload__arrival": {"process": "closed", "concurrency": 12, "think_time_s": 0.2}},
+    "multi-step": {"scheduler__num_scheduler_steps": 8, **BURSTY},
+    "multi-step-pressure": {"scheduler__num_scheduler_steps": 4, **PRESSURE},
+    "engine-tensorrt-llm": {"engine": "tensorrt-llm", "model": "llama-3-70b", "hardware": {"tp": 2},
+                            "quantization": {"weights": "fp8", "kv_cache": "fp8"}, **BURSTY},
     "closed-loop-rejects": {"workload__arrival": {"process": "closed", "concurrency": 5},
                             "workload__prompt_len": {"dist": "uniform", "min": 4000, "max": 9000}},
 }

@@ -35,18 +35,29 @@ def math_class(gpu: GpuSpec, dtype: str) -> str:
 
 @dataclass(frozen=True)
 class GemmCurve:
-    """A GEMM of M rows reaches ``peak_fraction · M / (M + half_rows)`` of the dense peak."""
+    """What a GEMM achieves as a function of its shape. It computes for c = FLOPs / (peak ·
+    ``peak_fraction``) and streams its weights and activations for m = bytes / bandwidth; it takes
+    max(c, m) + ``overlap`` · min(c, m). Small-M GEMMs are bandwidth-bound (c ≪ m), large ones run
+    at ``peak_fraction`` of the dtype's peak (m ≪ c); near the ridge (c ≈ m), where neither hides
+    the other, they lose up to a factor 1 + ``overlap``."""
 
     peak_fraction: float
-    half_rows: float
+    overlap: float
 
-    def fraction(self, rows: float) -> float:
-        return self.peak_fraction * rows / (rows + self.half_rows)
+    def seconds(self, flops: float, nbytes: float, peak_flops: float, bandwidth: float) -> float:
+        c, m = flops / (peak_flops * self.peak_fraction), nbytes / bandwidth
+        return max(c, m) + self.overlap * min(c, m)
+
+    def fraction(self, rows: float, ridge_rows: float) -> float:
+        """Share of the dense peak a GEMM of ``rows`` reaches, where ``ridge_rows`` is the shape's
+        ridge (compute = streaming)."""
+        c, m = rows / ridge_rows, 1.0
+        return self.peak_fraction * c / (max(c, m) + self.overlap * min(c, m))
 
 
 def gemm_curve(gpu: GpuSpec, dtype: str) -> GemmCurve:
-    peak, half = _arch(gpu)[f"gemm_{math_class(gpu, dtype)}"]
-    return GemmCurve(float(peak), float(half))
+    peak, overlap = _arch(gpu)[f"gemm_{math_class(gpu, dtype)}"]
+    return GemmCurve(float(peak), float(overlap))
 
 
 def hbm_fraction(gpu: GpuSpec) -> float:
