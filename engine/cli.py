@@ -39,9 +39,11 @@ def cmd_execute(args) -> int:
     require_torch()
     from engine.execute import execute
     from sim.cli.console import finish_run
+    from sim.results.write import check_results_dir
     from sim.scenario.schema import load_scenario
 
     scenario = load_scenario(args.scenario, args.set)
+    check_results_dir(args.out, args.format)  # before anything runs: results are never lost
     result = execute(scenario, engine_setup(args), args.scenario or "<default scenario>")
     return finish_run(result, args.out, args.format, f"executed on {args.device}:")
 
@@ -49,8 +51,9 @@ def cmd_execute(args) -> int:
 def register(sub) -> None:
     p = sub.add_parser("execute", help="run a scenario on the real engine, in real time")
     p.add_argument("scenario", nargs="?", help="scenario YAML (default: the embedded default)")
-    p.add_argument("--out", default="results-execute")
-    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
-    p.add_argument("--format", choices=["parquet", "csv"], default="parquet")
+    p.add_argument("--out", default="results-execute", help="output folder (default results-execute)")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                   help="override a scenario field, e.g. --set workload.num_requests=50")
+    p.add_argument("--format", choices=["parquet", "csv"], default="parquet", help="table format")
     add_engine_options(p)
     p.set_defaults(func=cmd_execute)

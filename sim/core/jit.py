@@ -27,10 +27,18 @@ except ImportError:  # pragma: no cover - exercised where numba is not installed
 
 # The compiled core spans these folders. Numba's cache checks only a function's own file, so a
 # change to a callee elsewhere would leave a caller's stale build in use: here every file of the
-# core stamps every cached function, and any change recompiles them all.
+# core stamps every cached function, and any change recompiles them all. The builds live in a
+# folder per user named by that stamp (so every checkout of the same core shares one build),
+# or under NUMBA_CACHE_DIR when it is set, or beside the source when neither is writable.
 _SIM = Path(__file__).resolve().parents[1]
 CORE_FILES = frozenset(str(p) for d in ("core", "pricing", "loops") for p in (_SIM / d).glob("*.py"))
 CORE_STAMP = hashlib.sha256(b"".join(Path(p).read_bytes() for p in sorted(CORE_FILES))).hexdigest()
+
+
+def _user_cache() -> Path:
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return root / "servesim" / f"numba-{CORE_STAMP[:16]}"
+
 
 if HAVE_NUMBA:
     from numba.core import caching as _caching
@@ -49,12 +57,19 @@ if HAVE_NUMBA:
             return super().from_function(py_func, py_file)
 
     class CoreUserProvidedLocator(_CoreStamp, _public("UserProvidedCacheLocator")):
-        """The core's functions in NUMBA_CACHE_DIR, stamped with the whole core."""
+        """The core's builds under NUMBA_CACHE_DIR."""
+
+    class CoreSharedLocator(_CoreStamp, _public("InTreeCacheLocator")):
+        """The core's builds in the user's cache, one folder per version of the core."""
+
+        def __init__(self, py_func, py_file):
+            super().__init__(py_func, py_file)
+            self._cache_path = str(_user_cache() / Path(py_file).resolve().parent.name)
 
     class CoreInTreeLocator(_CoreStamp, _public("InTreeCacheLocator")):
-        """The core's functions beside their source, stamped with the whole core."""
+        """The core's builds beside their source."""
 
-    _public("CacheImpl")._locator_classes[:0] = [CoreUserProvidedLocator, CoreInTreeLocator]
+    _public("CacheImpl")._locator_classes[:0] = [CoreUserProvidedLocator, CoreSharedLocator, CoreInTreeLocator]
 
 
 def jit(fn):

@@ -21,7 +21,8 @@ ATTN_FEATURES = ("const", "prefill_rows", "prefill_attn", "decode_rows", "decode
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Numbers must be numbers (no true for 1), finite; read from JSON (arrays for pairs).
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class Table(Strict):
@@ -116,12 +117,15 @@ class Profile(Strict):
 
 
 def load_profile(path: str | Path, field: str = "cost.profile") -> Profile:
+    from sim.inputs import read_text
+
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise ProfileError(str(path), field, "profile file not found (make one with servesim calibrate)")
+    text = read_text(path, field, ProfileError, "profile")
     try:
-        data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
         raise ProfileError(str(path), None, f"not valid JSON: {e}") from None
     if not isinstance(data, dict):
         raise ProfileError(str(path), None, "expected a JSON object")
@@ -130,7 +134,7 @@ def load_profile(path: str | Path, field: str = "cost.profile") -> Profile:
         raise ProfileError(str(path), "schema_version",
                            f"expected {SCHEMA_VERSION}, got {version!r} (re-run servesim calibrate)")
     try:
-        return Profile.model_validate(data)
+        return Profile.model_validate_json(text)
     except ValidationError as e:
         err = e.errors()[0]
         loc = ".".join(str(p) for p in err["loc"])

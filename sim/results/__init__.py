@@ -1,0 +1,3 @@
+"""A run's results: the step log (``steplog``), per-request metrics and the summary
+(``metrics``), the HTML report (``report``), written together and atomically (``write``,
+``atomic``)."""

@@ -50,6 +50,8 @@ def test_missing_and_corrupt_profiles(scenario, tmp_path, capsys):
     (lambda d: d["device"].update(type="cuda", name="NVIDIA H100"), "device.type",
      "calibrate on this device"),
     (lambda d: d.update(tp=2), "tp", "tp=2"),
+    (lambda d: d.update(tp=True), "tp", "valid integer"),  # a boolean is no number
+    (lambda d: d["ops"]["linear"]["x"].__setitem__(1, float("nan")), "ops.linear.x.1", "finite number"),
 ])
 def test_invalid_profiles_name_the_field(quick_profile, scenario, tmp_path, capsys, edit, field, words):
     path = _edited(quick_profile, tmp_path, "edited.json", edit)

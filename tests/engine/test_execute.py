@@ -78,3 +78,12 @@ def test_prepare_sizes_graphs_and_warmup_from_the_scheduler(scenario_file, capsy
     assert ex.last_warmup.prefill_lengths[-1] == 64
     assert ex.graph_runner.visited == set(ex.graph_runner.keys)
     assert "engine warm-up: " in capsys.readouterr().err
+
+
+def test_execute_checks_the_output_folder_before_running(tmp_path, scenario_file, capsys):
+    blocker = tmp_path / "taken"
+    blocker.write_text("a file, not a folder")
+    assert main(["execute", str(scenario_file), "--out", str(blocker)]) == 2
+    err = capsys.readouterr().err
+    assert "taken" in err and "Traceback" not in err
+    assert blocker.read_text() == "a file, not a folder"

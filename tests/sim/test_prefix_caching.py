@@ -96,3 +96,39 @@ def test_a_fully_cached_prompt_still_computes_its_last_token():
     row = plan.req_ids.tolist().index(1)
     assert plan.num_computed[row] == 48 and plan.num_new_tokens[row] == 16
     assert t.cached_tokens[1] == 48  # 3 of 4 blocks: the last token must be computed for logits
+
+
+def conversation_trace(path, sessions: int = 40, turns: int = 6) -> str:
+    """A Mooncake-format trace of conversations that all share a 3-block system prompt: turn t
+    of a session carries the session's earlier blocks plus one new block (512 tokens each)."""
+    import json
+
+    rows = []
+    for s in range(sessions):
+        own = [1000 + 100 * s + t for t in range(turns)]
+        for t in range(turns):
+            ids = [0, 1, 2, *own[: t + 1]]
+            rows.append({"timestamp": 250 * s + 3000 * t, "input_length": 512 * len(ids) - 100,
+                         "output_length": 120, "hash_ids": ids})
+    rows.sort(key=lambda r: r["timestamp"])
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    return str(path)
+
+
+def test_prefix_affinity_spreads_a_shared_system_prompt_and_keeps_conversations_home(tmp_path):
+    from sim.traffic import build_workload
+
+    trace = conversation_trace(tmp_path / "conv.jsonl")
+    fields = {"replicas": 4, "scheduler__policy": "chunked-prefill", "scheduler__chunk_size": 2048,
+              "scheduler__prefix_caching": True,
+              "workload": {"trace": {"path": trace, "format": "mooncake", "hash_block_size": 512}}}
+    s = scenario(router={"policy": "prefix-affinity", "balance_abs": 4}, **fields)
+    r = simulate(s)
+    share = r.requests["replica"].value_counts(normalize=True)
+    assert len(share) == 4 and share.min() > 0.05 and share.max() < 0.5, share  # not all on one replica
+    w = build_workload(s)
+    session = np.array([w.prefix_hashes[w.prefix_offsets[i] + 3 * 32] for i in range(len(w))])  # its own block
+    home = r.requests.groupby(session)["replica"].agg(lambda x: x.value_counts().iloc[0] / len(x))
+    assert home.mean() > 0.8  # a conversation's turns mostly go where its history is cached
+    rr = simulate(scenario(router={"policy": "round-robin"}, **fields))
+    assert r.summary["prefix_hit_rate"] > rr.summary["prefix_hit_rate"] + 0.1
