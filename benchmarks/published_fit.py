@@ -3,9 +3,12 @@
 
 The constants are per GPU architecture (GEMM efficiency curve per math dtype, HBM share, attention
 kernels), per interconnect (collective latency) and per engine (runtime overheads): never per case.
-The loss is the mean |log(predicted / published)| over the fit half; the held-out half is not
-looked at. Coordinate descent in log space: each constant moves only the cases that depend on it,
-so a move is scored on those cases alone (the others' errors do not change). The result is written
+Each lies in a physically plausible range (the bounds below, from public kernel measurements).
+The loss is the mean over the fit half of min(|log(predicted / published)|, log 1.35): a robust
+loss, so that cases no shared constant can reach (an engine version's own regressions, say) do
+not drag the constants away from the cases they can fit. The held-out half is not looked at.
+Coordinate descent in log space: each constant moves only the cases that depend on it, so a move
+is scored on those cases alone (the others' errors do not change). The result is written
 to sim/scenario/data/calibrated.yaml with a record of what was fitted.
 
     python benchmarks/published_fit.py            # fit and write
@@ -32,7 +35,8 @@ from sim.scenario.specs import efficiency, get_gpu
 from sim.scenario.specs.gpus import LINKS
 
 OUT = bench.ROOT / "sim" / "scenario" / "data" / "calibrated.yaml"
-MISS = 3.0  # the loss of a case that could not run (|log error| of e^3 ≈ 20×)
+CAP = math.log(1.35)  # a case's loss stops growing beyond 35% off
+MISS = CAP  # a case that could not run
 
 
 @dataclass
@@ -61,14 +65,16 @@ def params_for(cases: list[bench.Case]) -> list[Param]:
     out: list[Param] = []
     for arch in sorted({_arch(c) for c in cases}):
         on = lambda c, a=arch: _arch(c) == a  # noqa: E731
-        out += [Param(("gpus", arch, "gemm_bf16", 0), 0.3, 0.95, on),
+        # cuBLAS/CUTLASS reach 70–85% of the dense peak on large GEMMs; loads and math overlap 0–100%.
+        out += [Param(("gpus", arch, "gemm_bf16", 0), 0.4, 0.9, on),
                 Param(("gpus", arch, "gemm_bf16", 1), 0.0, 1.0, on, additive=True)]
         if any(on(c) and efficiency.math_class(get_gpu(c.gpu), c.weights) == "fp8" for c in cases):
             fp8 = lambda c, a=arch: _arch(c) == a and c.weights in ("fp8", "int8")  # noqa: E731
-            out += [Param(("gpus", arch, "gemm_fp8", 0), 0.3, 0.95, fp8),
+            out += [Param(("gpus", arch, "gemm_fp8", 0), 0.4, 0.9, fp8),
                     Param(("gpus", arch, "gemm_fp8", 1), 0.0, 1.0, fp8, additive=True)]
-        out += [Param(("gpus", arch, "hbm_fraction"), 0.5, 0.92, on),
-                Param(("gpus", arch, "attn_prefill_fraction"), 0.1, 0.9, on),
+        # Streaming kernels reach 60–92% of HBM bandwidth; FlashAttention-2/3 reach up to ~75% of peak.
+        out += [Param(("gpus", arch, "hbm_fraction"), 0.6, 0.92, on),
+                Param(("gpus", arch, "attn_prefill_fraction"), 0.2, 0.75, on),
                 Param(("gpus", arch, "decode_row_s"), 1e-9, 5e-6, on)]
     for link in sorted({_link(c) for c in cases if c.tp > 1}):
         on = lambda c, lk=link: c.tp > 1 and _link(c) == lk  # noqa: E731
@@ -103,6 +109,7 @@ def _ensure(values: dict, params: list[Param]) -> None:
             values.setdefault("links", {}).setdefault(link, [LINKS[link].latency_s, 0.0])
         elif p.path[0] == "engines":
             values["engines"][p.path[1]].setdefault(p.path[2], 0.0)
+        _set(values, p.path, min(max(_get(values, p.path), p.lo), p.hi))  # start inside the bounds
 
 
 class Objective:
@@ -136,7 +143,7 @@ class Objective:
             efficiency.calibrated = original
 
     def loss(self, values: dict, cases: list[bench.Case]) -> float:
-        return sum(self.errors(values, cases).values())
+        return sum(min(e, CAP) for e in self.errors(values, cases).values())
 
 
 def fit(cases: list[bench.Case], values: dict, sweeps: int, log=print) -> tuple[dict, list[Param]]:
@@ -144,7 +151,7 @@ def fit(cases: list[bench.Case], values: dict, sweeps: int, log=print) -> tuple[
     values = copy.deepcopy(values)
     _ensure(values, params)
     obj = Objective(cases, values)
-    log(f"fitting {len(params)} constants on {len(cases)} fit cases; start: mean |log error| "
+    log(f"fitting {len(params)} constants on {len(cases)} fit cases; start: mean capped |log error| "
         f"{obj.loss(values, cases) / len(cases):.4f}")
     for sweep in range(sweeps):
         step = 2.0 ** (1.0 / (sweep + 1))  # ×2, ×1.41, ×1.26, … per sweep
@@ -176,7 +183,7 @@ def fit(cases: list[bench.Case], values: dict, sweeps: int, log=print) -> tuple[
                         break
             log(f"  sweep {sweep + 1} {p.name:40s} = {best_v:.4g}")
         total = obj.loss(values, cases)
-        log(f"after sweep {sweep + 1}: mean |log error| {total / len(cases):.4f} ({obj.evals} evaluations)")
+        log(f"after sweep {sweep + 1}: mean capped |log error| {total / len(cases):.4f} ({obj.evals} evaluations)")
     return values, params
 
 
@@ -227,8 +234,10 @@ def main(argv: list[str] | None = None) -> int:
     within = sum(abs(r - 1) <= bench.WITHIN for r in ratios.values())
     record = {"command": "python benchmarks/published_fit.py", "date": datetime.date.today().isoformat(),
               "cases": len(cases), "split": "fit", "constants": [p.name for p in params],
+              "loss": "mean of min(|log(predicted / published)|, log 1.35)",
+              "mean_capped_log_error": round(sum(min(e, CAP) for e in errs.values()) / len(errs), 4),
               "mean_abs_log_error": round(sum(errs.values()) / len(errs), 4),
-              "fit_within_15pct": round(within / len(errs), 3)}
+              "fit_within_15pct": round(float(within) / len(errs), 3)}
     print(yaml.safe_dump(_plain({k: v for k, v in values.items() if k != "fit"}), sort_keys=False))
     print(record)
     if not args.dry_run:
