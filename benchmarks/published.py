@@ -177,8 +177,11 @@ def scenario_dict(case: Case) -> dict:
         if rate is None or math.isinf(float(rate)):  # everything queued at once
             n = min(n, 6000 * case.replicas) // case.replicas
             wl.update(num_requests=n, arrival={"process": "closed", "concurrency": n})
-        else:  # long enough for the queue to settle: 4 minutes of arrivals after the warm-up
+        elif w.get("num_prompts"):  # the tool's own run: its request count, every request scored
+            n = int(w["num_prompts"]) // case.replicas
+        else:  # a long run (MLPerf: ≥ 2400 s): 4 minutes of arrivals after the warm-up
             n = max(min(n, 1200) // case.replicas, int(240 * float(rate) / case.replicas / (1 - WARMUP)))
+        if rate is not None and not math.isinf(float(rate)):
             wl.update(num_requests=n, arrival={"process": "poisson", "rate": float(rate) / case.replicas})
     model = case.model
     if case.source in LLAMA_31 and model.startswith("llama-3-"):
@@ -223,6 +226,13 @@ def _open_loop(case: Case) -> bool:
     return case.workload["kind"] == "rate" and rate is not None and not math.isinf(float(rate))
 
 
+def _steady(case: Case) -> bool:
+    """An open-loop run scored in its steady state (a long run whose tool reports no request
+    count, MLPerf's); a run of a stated number of requests (bench_serving, Triton's client) is
+    scored over all of them, the way its tool does."""
+    return _open_loop(case) and not case.workload.get("num_prompts")
+
+
 def metric_of(case: Case, requests, summary: dict) -> float:
     """The case's metric from the run's requests: latencies over the scored requests (open-loop runs
     skip the warm-up), throughput over the whole setup (all replicas; per GPU where the source is)."""
@@ -230,14 +240,14 @@ def metric_of(case: Case, requests, summary: dict) -> float:
     if len(fin) < len(requests):
         case.notes.append(f"{len(requests) - len(fin)} of {len(requests)} requests not finished")
     scored = fin
-    if _open_loop(case):
+    if _steady(case):
         start = float(np.quantile(requests["arrival"], WARMUP))
         scored = fin[fin["arrival"] >= start]
     elif case.source in STEADY_CLOSED_LOOP:  # the first wave of every user is the ramp-up
         scored = fin[fin["request_id"] >= int(case.workload["concurrency"])]
     m = case.metric
     if m.startswith(("output_throughput",)):
-        if _open_loop(case):
+        if _steady(case):
             value = _steady_throughput(fin, requests)
         elif case.source in STEADY_CLOSED_LOOP:
             value = scored["output_tokens"].sum() / (scored["completion"].max() - scored["arrival"].min())
