@@ -35,8 +35,9 @@ NO_OVERHEAD = EngineCost()
 BUS_FRACTION = 0.8  # an all-reduce's bus bandwidth as a share of the link's (nccl-tests busbw on NVLink)
 
 # The parameter row (float64). A GEMM op of x tokens computes for c = F·x (at the plateau efficiency)
-# and streams its weights and activations for m = B0 + B1·x; it takes max(c, m) + OVERLAP·min(c, m):
-# loads and math overlap imperfectly, most visibly near the ridge (see gemm_seconds).
+# and streams its weights and activations for m = B0 + B1·x; it takes (c^k + m^k)^(1/k): loads and
+# math overlap imperfectly near the ridge, where it loses a factor 2^(1/k) = 1 + overlap, and the
+# loss fades away from it (OVERLAP holds k; 0: max(c, m)). See efficiency.GemmCurve.
 (OVERHEAD, QKV_F, QKV_B0, QKV_B1, O_F, O_B0, O_B1, MLP_F, MLP_B0, MLP_B1, PRE_F, PRE_B, DEC_F, DEC_B, REST,
  LM_F, LM_B, TP, LAYERS, HIDDEN, ABYTES, LINK, COLL_LATENCY, IS_MOE, EXPERTS, TOPK, EXPERT_PARAMS, WBYTES,
  FLOPS, BANDWIDTH, EXPERT_PARALLEL, KV_TOKEN_GPU, HOST_BW, OVERLAP, LM_OVERLAP, ROW_OVERHEAD, LAYER_FIXED,
@@ -77,7 +78,7 @@ def roofline_params(model: ModelSpec, gpu: GpuSpec, *, tp: int = 1, pp: int = 1,
 
     p[OVERHEAD], p[ROW_OVERHEAD] = engine.step_overhead_s, engine.row_overhead_s
     p[LAYER_FIXED], p[EAGER_FIXED] = L * engine.layer_latency_s, L * engine.eager_layer_latency_s
-    p[OVERLAP], p[LM_OVERLAP] = gemm.overlap, head.overlap
+    p[OVERLAP], p[LM_OVERLAP] = gemm.exponent, head.exponent
     p[QKV_F:QKV_B1 + 1] = linear(h * (m.q_size + 2 * m.kv_size))
     p[O_F:O_B1 + 1] = linear(m.q_size * h)
     if not m.is_moe:
@@ -121,9 +122,14 @@ def roofline_ops(p, draft, s, out):
 
 
 @leaf
-def _gemm(c, m, overlap):
-    """A GEMM computing for ``c`` and streaming for ``m`` seconds (see GemmCurve)."""
-    return _max(c, m) + overlap * (m if c >= m else c)
+def _gemm(c, m, k):
+    """A GEMM computing for ``c`` and streaming for ``m`` seconds: (c^k + m^k)^(1/k), max(c, m)
+    for k = 0 (see efficiency.GemmCurve)."""
+    hi = _max(c, m)
+    if k == 0.0 or hi <= 0.0:
+        return hi
+    r = (m if c >= m else c) / hi
+    return hi * (1.0 + r ** k) ** (1.0 / k)
 
 
 @jit

@@ -113,7 +113,8 @@ def test_fp8_weights_on_a100_are_weight_only():
     bf16 = RooflineCost(M8, A100, engine=NONE)
     fp8 = RooflineCost(M8, A100, engine=NONE, weight_dtype="fp8")
     assert fp8.op_times(prefill(8192))["mlp"] == pytest.approx(bf16.op_times(prefill(8192))["mlp"], rel=0.01)
-    assert fp8.op_times(decode(1, 100))["mlp"] == pytest.approx(bf16.op_times(decode(1, 100))["mlp"] / 2)
+    # streaming half the bytes (the bf16 math of one row adds ~1%)
+    assert fp8.op_times(decode(1, 100))["mlp"] == pytest.approx(bf16.op_times(decode(1, 100))["mlp"] / 2, rel=0.02)
 
 
 # -- decode attention: GQA ratio, context and batch -------------------------------------------------

@@ -5,6 +5,7 @@ the evidence."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -37,22 +38,30 @@ def math_class(gpu: GpuSpec, dtype: str) -> str:
 class GemmCurve:
     """What a GEMM achieves as a function of its shape. It computes for c = FLOPs / (peak ·
     ``peak_fraction``) and streams its weights and activations for m = bytes / bandwidth; it takes
-    max(c, m) + ``overlap`` · min(c, m). Small-M GEMMs are bandwidth-bound (c ≪ m), large ones run
-    at ``peak_fraction`` of the dtype's peak (m ≪ c); near the ridge (c ≈ m), where neither hides
-    the other, they lose up to a factor 1 + ``overlap``."""
+    (c^k + m^k)^(1/k), a smooth roofline. Small-M GEMMs are bandwidth-bound (c ≪ m), large ones
+    run at ``peak_fraction`` of the dtype's peak (m ≪ c); at the ridge (c = m), where neither hides
+    the other, they lose a factor 2^(1/k) = 1 + ``overlap``, and the loss fades away from it."""
 
     peak_fraction: float
     overlap: float
 
+    @property
+    def exponent(self) -> float:
+        """k of the smooth roofline (0: max(c, m), no loss at the ridge)."""
+        return math.log(2.0) / math.log1p(self.overlap) if self.overlap > 1e-9 else 0.0
+
+    def _time(self, c: float, m: float) -> float:
+        hi, lo = max(c, m), min(c, m)
+        k = self.exponent
+        return hi if k == 0.0 or hi <= 0.0 else hi * (1.0 + (lo / hi) ** k) ** (1.0 / k)
+
     def seconds(self, flops: float, nbytes: float, peak_flops: float, bandwidth: float) -> float:
-        c, m = flops / (peak_flops * self.peak_fraction), nbytes / bandwidth
-        return max(c, m) + self.overlap * min(c, m)
+        return self._time(flops / (peak_flops * self.peak_fraction), nbytes / bandwidth)
 
     def fraction(self, rows: float, ridge_rows: float) -> float:
         """Share of the dense peak a GEMM of ``rows`` reaches, where ``ridge_rows`` is the shape's
         ridge (compute = streaming)."""
-        c, m = rows / ridge_rows, 1.0
-        return self.peak_fraction * c / (max(c, m) + self.overlap * min(c, m))
+        return self.peak_fraction * (rows / ridge_rows) / self._time(rows / ridge_rows, 1.0)
 
 
 def gemm_curve(gpu: GpuSpec, dtype: str) -> GemmCurve:
