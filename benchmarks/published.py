@@ -165,9 +165,8 @@ def scenario_dict(case: Case) -> dict:
         scheduler.update(policy="static", batch_size=b, max_num_seqs=b)
     elif kind == "concurrency":
         c = int(w["concurrency"])
-        n = max(4 * c, 8)
-        if w.get("num_prompts"):
-            n = min(n, int(w["num_prompts"]))
+        # the tool's request count where it states one (its drain is then as long as the real one)
+        n = int(w["num_prompts"]) if w.get("num_prompts") else max(4 * c, 8)
         wl.update(num_requests=n, arrival={"process": "closed", "concurrency": c})
         if case.engine == "lmdeploy":  # the profiling scripts size the engine's batch to their threads
             scheduler.update(max_num_seqs=max(c, 1), chunk_size=max(8192, c))
