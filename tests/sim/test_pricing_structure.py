@@ -70,8 +70,9 @@ def test_small_gemms_stream_weights_and_large_ones_run_at_the_plateau():
     assert per_token == sorted(per_token, reverse=True)  # bigger GEMMs are more efficient
     flops = 2 * weights / 2 * 8192
     curve = efficiency.gemm_curve(H100, "bf16")
-    assert c.op_times(prefill(8192))["mlp"] == pytest.approx(flops / (H100.bf16_flops * curve.peak_fraction),
-                                                             rel=0.03)
+    plateau = flops / (H100.bf16_flops * curve.peak_fraction)
+    big = c.op_times(prefill(8192))["mlp"]
+    assert plateau < big < 1.06 * plateau  # 37× past the ridge its loss has faded to a few %
 
 
 # -- fixed latency per layer, per-step CPU overhead that grows with the batch --------------------
