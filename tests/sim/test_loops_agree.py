@@ -185,7 +185,7 @@ def test_classes_with_priorities_are_served_alike(policy, priorities):
     classes.append({**classes[0], "name": "bulk", "priority": 3})
     fields = {"workload": {"num_requests": 400, "classes": classes}, "scheduler__policy": policy,
               "replicas": 2, "router": {"policy": "least-outstanding"},
-              **{k: v for k, v in PRESSURE.items() if k.startswith("hardware")}}
+              "hardware__memory_utilization": 0.22}  # less KV than PRESSURE leaves (GiB cards): preemptions
     reference, compiled = both_loops(**fields)
     assert_identical(reference, compiled)
     if policy == "continuous":  # the queue is busy enough for its order to matter
