@@ -201,8 +201,9 @@ HEADER = """\
 # which rewrote this file (the held-out half is never used to fit; `fit` records the run).
 # docs/roofline.md explains each constant and the cases that justify it.
 #
-# gpus.<arch>:  gemm_<bf16|fp8>: [peak_fraction, overlap]: a GEMM takes max(c, m) + overlap·min(c, m),
-#                 c its FLOPs at peak_fraction of the dtype's dense peak, m its bytes at hbm_fraction
+# gpus.<arch>:  gemm_<bf16|fp8>: [peak_fraction, overlap]: a GEMM takes (c^k + m^k)^(1/k), c its FLOPs at
+#                 peak_fraction of the dtype's dense peak, m its bytes at hbm_fraction, 2^(1/k) = 1 + overlap
+#                 (the loss at the ridge, fading away from it)
 #               hbm_fraction: share of the HBM bandwidth streaming weights and KV reaches
 #               attn_prefill_fraction: share of the KV dtype's dense peak prefill attention reaches
 #               decode_row_s: fixed seconds per decode row and layer of paged decode attention
