@@ -1,4 +1,4 @@
-"""The roofline cost model: each operation of a step takes max(compute time, memory time).
+"""The roofline cost model: each operation of a step from its FLOPs and its bytes (a smooth roofline).
 
 Works for any model and GPU in the catalogs with no profiling. The model is a parameter row
 (``roofline_params``: per-token coefficients worked out once from the specs) and one compiled
