@@ -86,6 +86,9 @@ def params_for(cases: list[bench.Case]) -> list[Param]:
                 Param(("engines", engine, "layer_latency_s"), 1e-7, 3e-4, on),
                 Param(("engines", engine, "eager_layer_latency_s"), 1e-7, 3e-4, on),
                 Param(("engines", engine, "decode_gqa_reread"), 0.0, 1.0, on, additive=True)]
+        if any(on(c) and c.tp > 1 for c in cases):  # its all-reduce kernels' latency, relative to the link's
+            tp = lambda c, e=engine: c.engine == e and c.tp > 1  # noqa: E731
+            out += [Param(("engines", engine, "allreduce_latency_scale"), 0.25, 4.0, tp)]
     return out
 
 
@@ -108,7 +111,7 @@ def _ensure(values: dict, params: list[Param]) -> None:
             link = p.path[1]
             values.setdefault("links", {}).setdefault(link, [LINKS[link].latency_s, 0.0])
         elif p.path[0] == "engines":
-            values["engines"][p.path[1]].setdefault(p.path[2], 0.0)
+            values["engines"][p.path[1]].setdefault(p.path[2], 1.0 if p.path[2].endswith("_scale") else 0.0)
         _set(values, p.path, min(max(_get(values, p.path), p.lo), p.hi))  # start inside the bounds
 
 
@@ -210,7 +213,8 @@ HEADER = """\
 # links.<link>: [base, per_peer] seconds of one small all-reduce among tp GPUs = base + per_peer·(tp − 1)
 # engines.<name>: step_overhead_s, row_overhead_s (per running request), layer_latency_s (per layer),
 #                 eager_layer_latency_s (more per layer in steps that prefill),
-#                 decode_gqa_reread (extra KV reads per grouped query head, 0–1)
+#                 decode_gqa_reread (extra KV reads per grouped query head, 0–1),
+#                 allreduce_latency_scale (its all-reduce latency as a multiple of the link's, tp > 1)
 """
 
 

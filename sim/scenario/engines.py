@@ -17,7 +17,8 @@ import yaml
 
 FILE = "engines.yaml"
 DEFAULT_ENGINE = "vllm"
-COST_FIELDS = ("step_overhead_s", "row_overhead_s", "layer_latency_s", "eager_layer_latency_s", "decode_gqa_reread")
+COST_FIELDS = ("step_overhead_s", "row_overhead_s", "layer_latency_s", "eager_layer_latency_s", "decode_gqa_reread",
+               "allreduce_latency_scale")
 
 
 @cache
@@ -42,6 +43,9 @@ class EngineCost:
     # kernel reads each KV head once for its whole group (GQA-aware kernels: FlashInfer, XQA), up
     # to 1 when every query head streams its KV again.
     decode_gqa_reread: float = 0.0
+    # The engine's small all-reduce latency as a multiple of the link's (its own kernels: vLLM's and
+    # SGLang's custom one-shot all-reduce, TensorRT-LLM's, NCCL), for tp > 1.
+    allreduce_latency_scale: float = 1.0
 
 
 def engine_cost(name: str, **overrides: float | None) -> EngineCost:
@@ -49,7 +53,8 @@ def engine_cost(name: str, **overrides: float | None) -> EngineCost:
     from sim.scenario.specs.efficiency import calibrated
 
     base = calibrated()["engines"][name]
-    return EngineCost(**{f: float(overrides[f] if overrides.get(f) is not None else base.get(f, 0.0))
+    default = EngineCost()
+    return EngineCost(**{f: float(overrides[f] if overrides.get(f) is not None else base.get(f, getattr(default, f)))
                          for f in COST_FIELDS})
 
 

@@ -222,6 +222,7 @@ class Engine(Strict):
     layer_latency_s: NonNegativeFloat | None = None  # kernels' fixed latency per layer and step
     eager_layer_latency_s: NonNegativeFloat | None = None  # more per layer in steps that prefill (no CUDA graph)
     decode_gqa_reread: Annotated[float, Field(ge=0, le=1)] | None = None  # extra KV reads per grouped query head
+    allreduce_latency_scale: NonNegativeFloat | None = None  # the engine's all-reduce latency / the link's
     memory_of: Literal["total", "free"] | None = None  # what hardware.memory_utilization is a share of
 
     @property
