@@ -97,6 +97,13 @@ def test_small_all_reduces_cost_their_latency_not_zero():
     assert big > 2 * M70.num_layers * nbytes * 1.5 / H100.interconnect_bandwidth
 
 
+
+def test_an_engines_all_reduce_latency_scales_the_links():
+    plain = RooflineCost(M70, H100, tp=4, engine=NONE).op_times(decode(1, 100))["allreduce"]
+    fast = RooflineCost(M70, H100, tp=4, engine=EngineCost(allreduce_latency_scale=0.5))
+    assert fast.op_times(decode(1, 100))["allreduce"] == pytest.approx(plain / 2, rel=0.01)
+
+
 # -- dtype-aware pricing ---------------------------------------------------------------------------
 def test_fp8_weights_speed_up_gemms_but_not_the_lm_head_or_attention():
     bf16 = RooflineCost(M8, H100, engine=NONE)
