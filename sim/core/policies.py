@@ -3,7 +3,8 @@
 - **continuous** (Orca, vLLM): waiting requests join as soon as there is room (seats, the
   step's token budget, KV blocks); a step that admits requests prefills them whole, otherwise
   every running request decodes one token. When decodes run out of KV blocks, the newest
-  running request is preempted.
+  running request is preempted. With multi-step scheduling (``num_scheduler_steps`` k > 1,
+  vLLM 0.6) decodes run in rounds of k steps and requests are admitted between rounds.
 - **chunked-prefill** (Sarathi-Serve, Dynamic SplitFuse): each step has a token budget;
   running decodes go first, one token each, then chunks of prompts part-way through, then new
   requests from the queue. Long prompts no longer stall everybody's decodes.
@@ -33,6 +34,7 @@ from sim.core.state import (
     P_BLOCK_SIZE,
     P_CHUNK,
     P_MAX_BATCHED,
+    P_MULTI_STEP,
     P_POLICY,
     P_SPEC_K,
     S_BATCH_N,
@@ -41,6 +43,7 @@ from sim.core.state import (
     S_NWAIT,
     S_PN,
     S_PREEMPTED,
+    S_ROUND,
     S_SWAP_IN,
     S_SWAP_OUT,
     T_WAKE_AT,
@@ -50,12 +53,23 @@ BIG = np.int64(1) << np.int64(62)
 
 
 @jit
+def next_round_step(c, e):
+    """Multi-step scheduling (vLLM's num_scheduler_steps): a decode step either starts a round of
+    k decode steps or continues one; nobody is admitted until the round is over."""
+    k = c.ep[e, P_MULTI_STEP]
+    if k > 1:
+        c.es[e, S_ROUND] = c.es[e, S_ROUND] - 1 if c.es[e, S_ROUND] > 0 else k - 1
+
+
+@jit
 def continuous(c, e):
     r = c.req
     if c.es[e, S_NSWAP]:
         swap_in_waiting(c, e, free_seats(c, e))
     seats = free_seats(c, e)
-    admitting = c.es[e, S_NWAIT] and seats > 0 and c.es[e, S_NSWAP] == 0
+    if c.es[e, S_NRUN] == 0:
+        c.es[e, S_ROUND] = 0  # the round ended with its last request
+    admitting = c.es[e, S_NWAIT] and seats > 0 and c.es[e, S_NSWAP] == 0 and c.es[e, S_ROUND] == 0
     if admitting and admit_waiting(c, e, c.ep[e, P_MAX_BATCHED], seats, False, False):
         return  # a step of whole prompts
     running, ids, new = c.running[e], c.p_ids[e], c.p_new[e]  # every running request: its next tokens
@@ -67,6 +81,8 @@ def continuous(c, e):
         new[i] = num_tokens[rid] - num_computed[rid]
     c.es[e, S_PN] = n
     grow(c, e, 0)
+    if c.es[e, S_PN]:
+        next_round_step(c, e)
 
 
 @jit

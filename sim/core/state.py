@@ -22,8 +22,8 @@ from sim.core.requests import Requests, RequestTable, requests_ref
 
 # Engine settings: ep[e, ...] (int64).
 (P_POLICY, P_NUM_BLOCKS, P_BLOCK_SIZE, P_MAX_SEQS, P_MAX_BATCHED, P_CHUNK, P_WATERMARK, P_BATCH_SIZE, P_SWAP,
- P_PREFIX, P_SPEC_K, P_ROLE, P_REPLICA, P_MAX_LEN, P_TP) = range(15)
-NUM_EP = 15
+ P_PREFIX, P_SPEC_K, P_ROLE, P_REPLICA, P_MAX_LEN, P_TP, P_MULTI_STEP) = range(16)
+NUM_EP = 16
 # Engine settings: epf[e, ...] (float64).
 F_BATCH_TIMEOUT, F_SPEC_ALPHA = range(2)
 NUM_EPF = 2
@@ -33,8 +33,8 @@ COLOCATED, PREFILL, DECODE = range(3)
 ROLES = {"colocated": COLOCATED, "prefill": PREFILL, "decode": DECODE}
 # Engine counters: es[e, ...] (int64).
 (S_FREE, S_HOST_FREE, S_NRUN, S_NWAIT, S_NSWAP, S_NREMOTE, S_NTRANSFER, S_PREEMPTED, S_PN, S_SWAP_IN, S_SWAP_OUT,
- S_BATCH_N, S_USED_AT, S_CACHED_AT, S_QUEUED_AT, S_QUEUED_BLOCKS) = range(16)
-NUM_ES = 16  # S_QUEUED_BLOCKS: the blocks the queued requests' prompts will take
+ S_BATCH_N, S_USED_AT, S_CACHED_AT, S_QUEUED_AT, S_QUEUED_BLOCKS, S_ROUND) = range(17)
+NUM_ES = 17  # S_QUEUED_BLOCKS: the blocks the queued requests' prompts will take; S_ROUND: multi-step
 # Engine clocks: ef[e, ...] (float64).
 T_WAKE_AT, T_START, T_DURATION = range(3)
 NUM_EF = 3
@@ -140,7 +140,10 @@ def engines_of(scenario) -> list[EngineSpec]:
 def build_core(scenario, table: RequestTable) -> Core:
     """The core of ``scenario``'s cluster over ``table``'s requests, nothing arrived yet."""
     specs = scenario.replica_specs
-    pf = np.array([(scenario.cost.step_overhead_s, scenario.model_spec.hidden_size * 2 / r.hardware.tp,
+    from sim.pricing.roofline import engine_of
+
+    overhead = engine_of(scenario).step_overhead_s
+    pf = np.array([(overhead, scenario.model_spec.hidden_size * 2 / r.hardware.tp,
                     r.gpu.interconnect_bandwidth, 5e-6) for r in specs])
     lk = np.zeros(5)
     if scenario.disaggregation is not None:
@@ -169,7 +172,7 @@ def core_of(engines: list[EngineSpec], table: RequestTable, *, seed: int = 0, ro
         spec_k = s.speculative.num_tokens if s.speculative else 0
         ep[e] = (POLICIES[s.policy], x.num_blocks, x.block_size, s.max_num_seqs, s.max_batched_tokens, s.chunk_size,
                  watermark, s.batch_size, s.preemption == "swap", s.prefix_caching, spec_k, ROLES[x.role],
-                 x.replica, x.max_model_len, x.tp)
+                 x.replica, x.max_model_len, x.tp, s.num_scheduler_steps)
         epf[e] = (s.batch_timeout_s, s.speculative.acceptance_rate if s.speculative else 0.0)
         es[e, S_FREE] = x.num_blocks
         es[e, S_HOST_FREE] = x.host_blocks

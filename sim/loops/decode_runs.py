@@ -22,6 +22,7 @@ from sim.core import kvblocks as kv
 from sim.core.commit import finish, itl_bin, log_step, queue_len
 from sim.core.jit import jit
 from sim.core.plan import DECODE_CONTEXT, DECODE_SEQS, NUM_SAMPLED, NUM_SEQS, NUM_TOKENS
+from sim.core.policies import next_round_step
 from sim.core.state import (
     CHUNKED,
     CONTINUOUS,
@@ -148,6 +149,7 @@ def decode_run(c, costs, L, e, now, end, horizon):
             turn(c, costs, L, e, t)
             return -1.0
         kv.allocate(c, e, need)
+        next_round_step(c, e)
         j += 1
         context += k
         shape = c.shape[e]

@@ -1,4 +1,4 @@
-"""The roofline cost model: each operation of a step takes max(compute time, memory time).
+"""The roofline cost model: each operation of a step from its FLOPs and its bytes (a smooth roofline).
 
 Works for any model and GPU in the catalogs with no profiling. The model is a parameter row
 (``roofline_params``: per-token coefficients worked out once from the specs) and one compiled
@@ -8,6 +8,8 @@ its stages.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 
@@ -25,54 +27,73 @@ from sim.core.plan import (
     VERIFY_TOKENS,
     StepShape,
 )
-from sim.scenario.specs import GpuSpec, ModelSpec
+from sim.scenario.engines import DEFAULT_ENGINE, EngineCost, engine_cost
+from sim.scenario.specs import GpuSpec, ModelSpec, efficiency
 from sim.scenario.specs.models import DTYPE_BYTES
 
-COLLECTIVE_LATENCY_S = 8e-6  # per collective, NCCL small-message floor
+NO_OVERHEAD = EngineCost()
+BUS_FRACTION = 0.8  # an all-reduce's bus bandwidth as a share of the link's (nccl-tests busbw on NVLink)
 
-# The parameter row (float64).
+# The parameter row (float64). A GEMM op of x tokens computes for c = F·x (at the plateau efficiency)
+# and streams its weights and activations for m = B0 + B1·x; it takes (c^k + m^k)^(1/k): loads and
+# math overlap imperfectly near the ridge, where it loses a factor 2^(1/k) = 1 + overlap, and the
+# loss fades away from it (OVERLAP holds k; 0: max(c, m)). See efficiency.GemmCurve.
 (OVERHEAD, QKV_F, QKV_B0, QKV_B1, O_F, O_B0, O_B1, MLP_F, MLP_B0, MLP_B1, PRE_F, PRE_B, DEC_F, DEC_B, REST,
  LM_F, LM_B, TP, LAYERS, HIDDEN, ABYTES, LINK, COLL_LATENCY, IS_MOE, EXPERTS, TOPK, EXPERT_PARAMS, WBYTES,
- FLOPS, BANDWIDTH, EXPERT_PARALLEL, KV_TOKEN_GPU, HOST_BW) = range(33)
-NUM_PARAMS = 33
+ FLOPS, BANDWIDTH, EXPERT_PARALLEL, KV_TOKEN_GPU, HOST_BW, OVERLAP, LM_OVERLAP, ROW_OVERHEAD, LAYER_FIXED,
+ DEC_ROW, EAGER_FIXED) = range(39)
+NUM_PARAMS = 39
 
 # Operations, in the order a step's time adds them up (decode attention last).
 (OP_QKV, OP_O, OP_MLP, OP_MOE_MLP, OP_MOE_ROUTER, OP_ATTN_PREFILL, OP_NORMS, OP_LM_HEAD, OP_ALLREDUCE,
- OP_ALL_TO_ALL, OP_SWAP, OP_DRAFT, OP_ATTN_DECODE) = range(13)
-NUM_OPS = 13
+ OP_ALL_TO_ALL, OP_SWAP, OP_DRAFT, OP_LAYER_FIXED, OP_ATTN_DECODE) = range(14)
+NUM_OPS = 14
 OP_NAMES = ("qkv_proj", "o_proj", "mlp", "moe_mlp", "moe_router", "attn_prefill", "norms_and_rest", "lm_head",
-            "allreduce", "all_to_all", "swap", "draft", "attn_decode")
+            "allreduce", "all_to_all", "swap", "draft", "layer_fixed", "attn_decode")
 
 
-def roofline_params(model: ModelSpec, gpu: GpuSpec, *, tp: int = 1, pp: int = 1, compute_efficiency: float = 0.6,
-                    memory_efficiency: float = 0.8, step_overhead_s: float = 0.002,
-                    weight_dtype: str | None = None, kv_dtype: str | None = None,
-                    expert_parallel: bool = False) -> np.ndarray:
-    """Per-token coefficients of one replica: an op of size x costs max(f·x, b0 + b1·x)."""
+def roofline_params(model: ModelSpec, gpu: GpuSpec, *, tp: int = 1, pp: int = 1,
+                    compute_efficiency: float | None = None, memory_efficiency: float | None = None,
+                    engine: EngineCost = NO_OVERHEAD, weight_dtype: str | None = None,
+                    kv_dtype: str | None = None, expert_parallel: bool = False) -> np.ndarray:
+    """The parameter row of one replica: per-token coefficients worked out once from the specs,
+    the GPU's efficiencies (``compute_efficiency``/``memory_efficiency`` replace the plateau of
+    its GEMM curve and its HBM share) and the engine's overheads."""
     p = np.zeros(NUM_PARAMS)
-    flops = gpu.peak_flops(weight_dtype or model.dtype) * compute_efficiency
-    bw = gpu.hbm_bandwidth * memory_efficiency
-    wbytes = DTYPE_BYTES[weight_dtype or model.dtype]
+    wdtype, kvdtype = weight_dtype or model.dtype, kv_dtype or model.dtype
+    gemm, head = efficiency.gemm_curve(gpu, wdtype), efficiency.gemm_curve(gpu, model.dtype)
+    attn = efficiency.attention(gpu)
+    flops = gpu.peak_flops(wdtype) * (compute_efficiency or gemm.peak_fraction)
+    head_flops = gpu.peak_flops(model.dtype) * (compute_efficiency or head.peak_fraction)
+    attn_flops = gpu.peak_flops(kvdtype) * attn["prefill_fraction"]  # attention math in the KV dtype
+    bw = gpu.hbm_bandwidth * (memory_efficiency or efficiency.hbm_fraction(gpu))
+    wbytes = DTYPE_BYTES[wdtype]
     abytes = DTYPE_BYTES[model.dtype]
-    kv_token_layer = 2 * model.kv_size * DTYPE_BYTES[kv_dtype or model.dtype] / min(tp, model.num_kv_heads)
+    kv_token_layer = 2 * model.kv_size * DTYPE_BYTES[kvdtype] / min(tp, model.num_kv_heads)
     L, h, m = model.num_layers, model.hidden_size, model
     act_b = 2 * h * abytes / bw  # read + write the hidden state, per token
 
     def linear(params):
         return L * 2 * params / tp / flops, L * params * wbytes / tp / bw, L * act_b
 
-    p[OVERHEAD] = step_overhead_s
+    p[OVERHEAD], p[ROW_OVERHEAD] = engine.step_overhead_s, engine.row_overhead_s
+    p[LAYER_FIXED], p[EAGER_FIXED] = L * engine.layer_latency_s, L * engine.eager_layer_latency_s
+    p[OVERLAP], p[LM_OVERLAP] = gemm.exponent, head.exponent
     p[QKV_F:QKV_B1 + 1] = linear(h * (m.q_size + 2 * m.kv_size))
     p[O_F:O_B1 + 1] = linear(m.q_size * h)
     if not m.is_moe:
         p[MLP_F:MLP_B1 + 1] = linear(3 * h * m.intermediate_size)
     q = m.q_size / tp
-    p[PRE_F], p[PRE_B] = L * 4 * q / flops, L * (kv_token_layer + 2 * q * abytes) / bw
-    p[DEC_F], p[DEC_B] = L * 4 * q / flops, L * kv_token_layer / bw
+    p[PRE_F], p[PRE_B] = L * 4 * q / attn_flops, L * (kv_token_layer + 2 * q * abytes) / bw
+    group = m.num_heads / m.num_kv_heads  # query heads per KV head (GQA ratio)
+    reread = 1.0 + engine.decode_gqa_reread * (group - 1.0)  # KV reads per KV head and step
+    p[DEC_F], p[DEC_B] = L * 4 * q / attn_flops, L * kv_token_layer * reread / bw
+    p[DEC_ROW] = L * attn["decode_row_s"]
     p[REST] = L * 4 * act_b  # norms, rope, residual adds, KV writes: memory-bound
-    p[LM_F], p[LM_B] = 2 * h * m.vocab_size / tp / flops, m.vocab_size * h * wbytes / tp / bw
+    p[LM_F], p[LM_B] = 2 * h * m.vocab_size / tp / head_flops, m.vocab_size * h * abytes / tp / bw
     p[TP], p[LAYERS], p[HIDDEN], p[ABYTES] = tp, L, h, abytes
-    p[LINK], p[COLL_LATENCY] = gpu.interconnect_bandwidth, COLLECTIVE_LATENCY_S
+    p[LINK] = gpu.interconnect_bandwidth * BUS_FRACTION
+    p[COLL_LATENCY] = efficiency.collective_latency(gpu, tp) * engine.allreduce_latency_scale
     p[IS_MOE] = float(m.is_moe)
     p[EXPERTS], p[TOPK], p[EXPERT_PARAMS] = m.num_experts, m.experts_per_token, 3 * h * m.intermediate_size
     p[WBYTES], p[FLOPS], p[BANDWIDTH] = wbytes, flops, bw
@@ -101,31 +122,49 @@ def roofline_ops(p, draft, s, out):
         out[OP_DRAFT] = _draft_time(draft, s)
 
 
+@leaf
+def _gemm(c, m, k):
+    """A GEMM computing for ``c`` and streaming for ``m`` seconds: (c^k + m^k)^(1/k), max(c, m)
+    for k = 0 (see efficiency.GemmCurve)."""
+    hi = _max(c, m)
+    if k == 0.0 or hi <= 0.0:
+        return hi
+    r = (m if c >= m else c) / hi
+    return hi * (1.0 + r ** k) ** (1.0 / k)
+
+
 @jit
 def _model_ops(p, s, out):
     """Every operation but the draft model's."""
     out[:] = 0.0
     tokens = s[NUM_TOKENS]
-    out[OP_QKV] = _max(p[QKV_F] * tokens, p[QKV_B0] + p[QKV_B1] * tokens)
-    out[OP_O] = _max(p[O_F] * tokens, p[O_B0] + p[O_B1] * tokens)
-    out[OP_MLP] = _max(p[MLP_F] * tokens, p[MLP_B0] + p[MLP_B1] * tokens)
+    w = p[OVERLAP]
+    if tokens > 0.0:
+        out[OP_QKV] = _gemm(p[QKV_F] * tokens, p[QKV_B0] + p[QKV_B1] * tokens, w)
+        out[OP_O] = _gemm(p[O_F] * tokens, p[O_B0] + p[O_B1] * tokens, w)
+        out[OP_MLP] = _gemm(p[MLP_F] * tokens, p[MLP_B0] + p[MLP_B1] * tokens, w)
     L, tp = p[LAYERS], p[TP]
     if p[IS_MOE] != 0.0:
         h, k, e, expert = p[HIDDEN], p[TOPK], p[EXPERTS], p[EXPERT_PARAMS]
         act = tokens * h * p[ABYTES]
         touched = e * (1.0 - (1.0 - k / e) ** _max(tokens, 1.0))  # distinct experts read
-        out[OP_MOE_MLP] = L * _max(2.0 * tokens * k * expert / tp / p[FLOPS],
-                                   (touched * expert * p[WBYTES] / tp + 2.0 * act * k) / p[BANDWIDTH])
+        out[OP_MOE_MLP] = L * _gemm(2.0 * tokens * k * expert / tp / p[FLOPS],
+                                    (touched * expert * p[WBYTES] / tp + 2.0 * act * k) / p[BANDWIDTH], w)
         out[OP_MOE_ROUTER] = L * _max(2.0 * tokens * h * e / p[FLOPS], h * e * p[WBYTES] / p[BANDWIDTH])
-    out[OP_ATTN_PREFILL] = _max(p[PRE_F] * s[PREFILL_ATTN], p[PRE_B] * s[PREFILL_TOKENS])
+    prefill = s[PREFILL_TOKENS]
+    if prefill > 0.0:  # causal: a row of q new tokens on c cached ones attends q·c + q²/2 pairs
+        rows = _max(s[NUM_SEQS] - s[DECODE_SEQS], 1.0)
+        pairs = _max(s[PREFILL_ATTN] - 0.5 * prefill * prefill / rows, 0.5 * s[PREFILL_ATTN])
+        out[OP_ATTN_PREFILL] = _max(p[PRE_F] * pairs, p[PRE_B] * prefill)
     verify = s[VERIFY_TOKENS]
     f = p[DEC_F]
     if verify != 0.0:  # speculative decodes attend with 1 + k queries each
         f = f * (1.0 + verify / _max(s[DECODE_SEQS], 1.0))
-    out[OP_ATTN_DECODE] = _max(f * s[DECODE_CONTEXT], p[DEC_B] * s[DECODE_CONTEXT])
+    out[OP_ATTN_DECODE] = _max(f * s[DECODE_CONTEXT], p[DEC_B] * s[DECODE_CONTEXT]) + p[DEC_ROW] * s[DECODE_SEQS]
     out[OP_NORMS] = p[REST] * tokens
     rows = s[NUM_SAMPLED] + verify
-    out[OP_LM_HEAD] = _max(p[LM_F] * rows, p[LM_B] * (1.0 if rows > 0.0 else 0.0))  # weights read if any sample
+    if rows > 0.0:  # weights read if any row samples
+        out[OP_LM_HEAD] = _gemm(p[LM_F] * rows, p[LM_B], p[LM_OVERLAP])
     if tp > 1.0:
         act = tokens * p[HIDDEN] * p[ABYTES]
         if p[EXPERT_PARALLEL] != 0.0:  # attention all-reduce, then dispatch + combine all-to-all
@@ -135,19 +174,22 @@ def _model_ops(p, s, out):
             out[OP_ALLREDUCE] = 2.0 * L * _collective(p, act, 2.0 * (tp - 1.0) / tp)
     if s[SWAP_TOKENS] != 0.0:
         out[OP_SWAP] = s[SWAP_TOKENS] * p[KV_TOKEN_GPU] / p[HOST_BW]
+    if tokens > 0.0:  # steps with prefill rows run eagerly (no CUDA graph): each kernel is launched
+        out[OP_LAYER_FIXED] = p[LAYER_FIXED] + (p[EAGER_FIXED] if prefill > 0.0 else 0.0)
 
 
 @jit
 def roofline_time(p, draft, s):
-    """A step's seconds: the per-step overhead plus every operation."""
+    """A step's seconds: the engine's CPU overhead (per step and per running request) plus every
+    operation."""
     ops = np.empty(NUM_OPS)
     roofline_ops(p, draft, s, ops)
-    return _total(p, ops)
+    return p[OVERHEAD] + p[ROW_OVERHEAD] * s[NUM_SEQS] + _sum(ops)
 
 
 @leaf
-def _total(p, ops):
-    total = p[OVERHEAD]
+def _sum(ops):
+    total = 0.0
     for i in range(NUM_OPS):
         total = total + ops[i]
     return total
@@ -155,9 +197,10 @@ def _total(p, ops):
 
 @jit
 def _model_time(p, s):
+    """The GPU time of the model's operations (no CPU overhead)."""
     ops = np.empty(NUM_OPS)
     _model_ops(p, s, ops)
-    return _total(p, ops)
+    return _sum(ops)
 
 
 @jit
@@ -171,13 +214,14 @@ def _draft_time(d, s):
     shape[DECODE_SEQS] = seqs
     shape[DECODE_CONTEXT] = s[DECODE_CONTEXT]
     shape[NUM_SAMPLED] = seqs
-    t = k * (_model_time(d, shape) - d[OVERHEAD])
+    t = k * _model_time(d, shape)
     if s[PREFILL_TOKENS] > 0.0:
         shape[:] = 0.0
         shape[NUM_TOKENS] = s[PREFILL_TOKENS]
+        shape[NUM_SEQS] = s[NUM_SEQS] - s[DECODE_SEQS]
         shape[PREFILL_TOKENS] = s[PREFILL_TOKENS]
         shape[PREFILL_ATTN] = s[PREFILL_ATTN]
-        t = t + _model_time(d, shape) - d[OVERHEAD]
+        t = t + _model_time(d, shape)
     return t
 
 
@@ -194,21 +238,27 @@ def _ops_of(p, draft, shapes, out):
 
 
 class RooflineCost:
-    """The roofline of one replica, for Python callers (tests, calibration, reports)."""
+    """The roofline of one replica, for Python callers (tests, calibration, reports).
+    ``engine``: an engine preset's name or its overheads; ``step_overhead_s`` replaces the
+    engine's per-step overhead."""
 
     def __init__(self, model: ModelSpec, gpu: GpuSpec, *, tp: int = 1, pp: int = 1,
-                 compute_efficiency: float = 0.6, memory_efficiency: float = 0.8,
-                 step_overhead_s: float = 0.002, weight_dtype: str | None = None,
+                 compute_efficiency: float | None = None, memory_efficiency: float | None = None,
+                 step_overhead_s: float | None = None, weight_dtype: str | None = None,
                  kv_dtype: str | None = None, expert_parallel: bool = False,
-                 draft: RooflineCost | None = None):
+                 draft: RooflineCost | None = None, engine: str | EngineCost = DEFAULT_ENGINE):
         self.model, self.gpu, self.tp, self.pp = model, gpu, tp, pp
+        cost = engine_cost(engine) if isinstance(engine, str) else engine
+        if step_overhead_s is not None:
+            cost = replace(cost, step_overhead_s=step_overhead_s)
+        self.engine = cost
         self.params = roofline_params(model, gpu, tp=tp, pp=pp, compute_efficiency=compute_efficiency,
-                                      memory_efficiency=memory_efficiency, step_overhead_s=step_overhead_s,
+                                      memory_efficiency=memory_efficiency, engine=cost,
                                       weight_dtype=weight_dtype, kv_dtype=kv_dtype,
                                       expert_parallel=expert_parallel)
         self.draft = draft
         self.draft_params = draft.params if draft is not None else np.zeros(NUM_PARAMS)
-        self.overhead = step_overhead_s
+        self.overhead = cost.step_overhead_s
 
     def step_time(self, s: StepShape) -> np.ndarray | float:
         shapes = s.vectors()
@@ -225,6 +275,14 @@ class RooflineCost:
                 if out[:, i].any()}
 
 
+def engine_of(scenario) -> EngineCost:
+    """The scenario's engine overheads, with ``cost.step_overhead_s`` where it is given."""
+    cost = scenario.engine.cost
+    if scenario.cost.step_overhead_s is not None:
+        cost = replace(cost, step_overhead_s=scenario.cost.step_overhead_s)
+    return cost
+
+
 def roofline_for(scenario, replica=None) -> RooflineCost:
     """The roofline of one replica of ``scenario`` (the first one by default)."""
     from sim.scenario.specs import get_model
@@ -236,10 +294,9 @@ def roofline_for(scenario, replica=None) -> RooflineCost:
     spec = r.scheduler.speculative
     if spec is not None:
         draft = RooflineCost(get_model(spec.draft_model), r.gpu, tp=hw.tp,
-                             compute_efficiency=c.compute_efficiency,
-                             memory_efficiency=c.memory_efficiency, step_overhead_s=0.0)
+                             compute_efficiency=c.compute_efficiency, memory_efficiency=c.memory_efficiency,
+                             engine=NO_OVERHEAD)
     return RooflineCost(scenario.model_spec, r.gpu, tp=hw.tp, pp=hw.pp,
-                        compute_efficiency=c.compute_efficiency,
-                        memory_efficiency=c.memory_efficiency, step_overhead_s=c.step_overhead_s,
+                        compute_efficiency=c.compute_efficiency, memory_efficiency=c.memory_efficiency,
                         weight_dtype=q.weights, kv_dtype=q.kv_cache,
-                        expert_parallel=hw.expert_parallel, draft=draft)
+                        expert_parallel=hw.expert_parallel, draft=draft, engine=engine_of(scenario))

@@ -13,7 +13,7 @@ GiB = 1024**3
 @dataclass(frozen=True)
 class MemoryBudget:
     gpu_bytes: float
-    usable_bytes: float  # gpu memory × utilisation
+    usable_bytes: float  # what the engine may use: weights, activations and KV
     weight_bytes: float  # per GPU
     activation_bytes: float
     kv_bytes: float
@@ -48,18 +48,24 @@ def memory_budget(model: ModelSpec, gpu: GpuSpec, *, tp: int = 1, pp: int = 1,
                   max_batched_tokens: int = 8192, max_num_seqs: int = 256,
                   activation_bytes: float | None = None, weight_dtype: str | None = None,
                   kv_dtype: str | None = None, expert_parallel: bool = False,
-                  fixed_blocks: int | None = None) -> MemoryBudget:
-    """KV memory per GPU = memory × utilisation − weights − activation reserve.
+                  fixed_blocks: int | None = None, share_of: str = "total") -> MemoryBudget:
+    """KV memory per GPU = memory × utilisation − weights − activation reserve, or, where the
+    engine's utilisation is a share of the free memory (``share_of="free"``: TensorRT-LLM's
+    kv_cache_free_gpu_mem_fraction, TurboMind's cache_max_entry_count), (memory − weights −
+    activation reserve) × utilisation. ``memory`` is what the driver reports (GiB-class).
 
     Weights and KV are sharded over tensor-parallel ranks (by heads) and pipeline stages
     (by layers), so one GPU holds 1/(tp·pp) of each. KV heads are replicated when TP exceeds
     their number. With expert parallelism the experts, not their columns, are split over TP.
     (Either way an MoE layer's weights divide evenly, so the per-GPU share is the same.)
     """
-    usable = gpu.memory_bytes * utilization
     weights = model.weight_bytes(weight_dtype) / (tp * pp)
     act = (activation_reserve_bytes(model, max_batched_tokens, max_num_seqs, tp)
            if activation_bytes is None else activation_bytes)
+    if share_of == "free":
+        usable = weights + act + max(gpu.memory_bytes - weights - act, 0.0) * utilization
+    else:
+        usable = gpu.memory_bytes * utilization
     kv_shards = min(tp, model.num_kv_heads)  # beyond that, KV heads are replicated
     kv_per_token = model.kv_bytes_per_token(kv_dtype) / (kv_shards * pp)
     return MemoryBudget(

@@ -27,6 +27,15 @@ from pydantic import (
 
 from sim.errors import InputError, ScenarioError
 from sim.inputs import check_file, load_yaml_mapping, parse_value, parse_yaml, validation_message
+from sim.scenario.engines import (
+    COST_FIELDS,
+    DEFAULT_ENGINE,
+    ENGINE_NAMES,
+    EngineCost,
+    engine_cost,
+    memory_of,
+    with_engine_defaults,
+)
 from sim.scenario.memory import MemoryBudget, memory_budget
 from sim.scenario.specs import GpuSpec, ModelSpec, get_gpu, get_model, model_from_hf_config
 from sim.traffic.schema import PositiveInt, Slo, Strict, WorkloadSpec
@@ -120,6 +129,7 @@ class Scheduler(Strict):
     preemption: Literal["recompute", "swap"] = "recompute"
     prefix_caching: bool = False
     speculative: Speculative | None = None
+    num_scheduler_steps: PositiveInt = 1  # continuous: decode rounds of this many steps (vLLM multi-step)
 
     @model_validator(mode="after")
     def _budget_holds_decodes(self):
@@ -127,6 +137,8 @@ class Scheduler(Strict):
             raise ValueError(
                 f"chunk_size ({self.chunk_size}) must be ≥ max_num_seqs ({self.max_num_seqs}): "
                 "every running request decodes one token of the step's budget")
+        if self.num_scheduler_steps > 1 and self.policy != "continuous":
+            raise ValueError("num_scheduler_steps > 1 (multi-step scheduling) needs policy: continuous")
         if self.policy == "static" and (self.prefix_caching or self.preemption == "swap"
                                         or self.speculative):
             raise ValueError("static batching reserves memory whole: prefix_caching, swap "
@@ -183,17 +195,43 @@ class Router(Strict):
 
 
 class Cost(Strict):
+    """How steps are priced. The roofline's efficiencies come from the GPU's architecture
+    (sim/scenario/data/efficiency.yaml) and its overheads from the engine preset; a number given
+    here replaces them for this scenario."""
+
     model: Literal["roofline", "profile"] = "roofline"
     profile: str | None = None  # a calibration profile (servesim calibrate), for model: profile
-    compute_efficiency: Fraction = 0.6  # share of peak FLOP/s matmuls reach
-    memory_efficiency: Fraction = 0.8  # share of peak HBM bandwidth
-    step_overhead_s: NonNegativeFloat = 0.002  # scheduling, launch and sampling per step
+    compute_efficiency: Fraction | None = None  # share of peak FLOP/s large matmuls reach (the curve's plateau)
+    memory_efficiency: Fraction | None = None  # share of peak HBM bandwidth
+    step_overhead_s: NonNegativeFloat | None = None  # scheduling, input preparation and sampling per step
 
     @model_validator(mode="after")
     def _profile_given(self):
         if self.model == "profile" and not self.profile:
             raise ValueError("model: profile needs profile: FILE (from servesim calibrate)")
         return self
+
+
+class Engine(Strict):
+    """The serving engine whose preset (sim/scenario/data/engines.yaml) supplies the scheduling
+    defaults and runtime overheads; the fields given here override the preset's."""
+
+    name: Literal[ENGINE_NAMES] = DEFAULT_ENGINE  # type: ignore[valid-type]
+    step_overhead_s: NonNegativeFloat | None = None  # per step: scheduler, input preparation, sampling
+    row_overhead_s: NonNegativeFloat | None = None  # per running request per step
+    layer_latency_s: NonNegativeFloat | None = None  # kernels' fixed latency per layer and step
+    eager_layer_latency_s: NonNegativeFloat | None = None  # more per layer in steps that prefill (no CUDA graph)
+    decode_gqa_reread: Annotated[float, Field(ge=0, le=1)] | None = None  # extra KV reads per grouped query head
+    allreduce_latency_scale: NonNegativeFloat | None = None  # the engine's all-reduce latency / the link's
+    memory_of: Literal["total", "free"] | None = None  # what hardware.memory_utilization is a share of
+
+    @property
+    def cost(self) -> EngineCost:
+        return engine_cost(self.name, **{f: getattr(self, f) for f in COST_FIELDS})
+
+    @property
+    def memory_share_of(self) -> str:
+        return self.memory_of or memory_of(self.name)
 
 
 class Simulation(Strict):
@@ -221,6 +259,7 @@ class Scenario(Strict):
     name: str = "scenario"
     seed: Seed = 0
     model: str | HfConfigModel = "llama-3-8b"
+    engine: Engine = Engine()
     hardware: Hardware = Hardware()
     quantization: Quantization = Quantization()
     replicas: Replicas = 1
@@ -235,6 +274,15 @@ class Scenario(Strict):
     simulation: Simulation = Simulation()
 
     model_config = ConfigDict(**Strict.model_config, ignored_types=(cached_property,))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _engine_defaults(cls, data):
+        if isinstance(data, dict):
+            data = with_engine_defaults(data)
+            if isinstance(data.get("engine"), str):
+                data["engine"] = {"name": data["engine"]}
+        return data
 
     @field_validator("model")
     @classmethod
@@ -281,7 +329,7 @@ class Scenario(Strict):
             max_batched_tokens=step_tokens, max_num_seqs=sch.max_num_seqs,
             activation_bytes=act, weight_dtype=self.quantization.weights,
             kv_dtype=self.quantization.kv_cache, expert_parallel=hw.expert_parallel,
-            fixed_blocks=hw.kv_blocks,
+            fixed_blocks=hw.kv_blocks, share_of=self.engine.memory_share_of,
         )
 
     @cached_property

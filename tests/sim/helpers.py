@@ -38,7 +38,8 @@ def write_profile(path, *, mode: str = "ops", tp: int = 1, tables=("linear", "ot
            "lm_head": table([1.0, 4.0, reach / 32], 2e-6, 3e-4),
            "allreduce": table([1e3, 1e5, reach * 4000.0], 6e-11, 1e-5),
            "attn_prefill": {"features": ["const", "prefill_rows", "prefill_attn"], "coef": [2e-4, 1e-5, 3e-10],
-                            "r2": 0.99, "ranges": {"prefill_rows": [1, 8], "prefill_attn": [1, reach * 300.0]}},
+                            "r2": 0.99,
+                            "ranges": {"prefill_rows": [1, max(8, reach // 64)], "prefill_attn": [1, reach * 300.0]}},
            "attn_decode": {"features": ["decode_context", "const", "decode_rows"], "coef": [4e-9, 1e-4, 2e-6],
                            "r2": 0.98, "ranges": {"decode_rows": [1, reach / 32], "decode_context": [1, reach * 10.0]}}}
     step = {"features": ["const", "num_tokens", "decode_context", "num_seqs", "num_sampled", "prefill_attn"],

@@ -216,7 +216,8 @@ def test_recompute_and_swap_both_finish_everything():
 def test_fp8_weights_halve_weight_memory_and_speed_up_decode():
     bf16 = scenario()
     fp8 = scenario(quantization={"weights": "fp8"})
-    assert fp8.memory.weight_bytes == pytest.approx(bf16.memory.weight_bytes / 2)
+    embed = bf16.model_spec.embedding_params * 2  # embeddings and LM head stay in the checkpoint's bf16
+    assert fp8.memory.weight_bytes == pytest.approx((bf16.memory.weight_bytes - embed) / 2 + embed)
     assert fp8.memory.num_blocks > bf16.memory.num_blocks
     d = StepShape(8, 8, 0, 0, 8, 8000, 8)
     assert make_cost_model(fp8).step_time(d) < make_cost_model(bf16).step_time(d)
@@ -225,13 +226,14 @@ def test_fp8_weights_halve_weight_memory_and_speed_up_decode():
 def test_int4_weights_and_fp8_kv():
     s = scenario(quantization={"weights": "int4", "kv_cache": "fp8"})
     base = scenario()
-    assert s.memory.weight_bytes == pytest.approx(base.memory.weight_bytes / 4)
+    embed = base.model_spec.embedding_params * 2  # embeddings and LM head stay in bf16
+    assert s.memory.weight_bytes == pytest.approx((base.memory.weight_bytes - embed) / 4 + embed)
     assert s.memory.kv_bytes_per_token == pytest.approx(base.memory.kv_bytes_per_token / 2)
     # int4 is weight-only: long prefills still run at bf16 tensor-core speed
     p = StepShape(8192, 1, 8192, 8192**2, 0, 0, 1)
     w4 = make_cost_model(s).op_times(p)["mlp"]
     w16 = make_cost_model(base).op_times(p)["mlp"]
-    assert w4 == pytest.approx(w16, rel=0.01)
+    assert w4 == pytest.approx(w16, rel=0.03)  # the ridge loss left at 8192 rows differs by their bytes
 
 
 # -- speculative decoding --------------------------------------------------------------------

@@ -7,6 +7,7 @@ import pytest
 
 from sim.core.plan import StepShape
 from sim.pricing import RooflineCost
+from sim.scenario.engines import EngineCost
 from sim.scenario.specs import get_gpu, get_model
 
 M, G = get_model("llama-3-8b"), get_gpu("H100-SXM")
@@ -21,7 +22,7 @@ def prefill(n):
 
 
 def test_small_decode_is_bound_by_reading_the_weights():
-    c = RooflineCost(M, G, memory_efficiency=1.0, step_overhead_s=0.0)
+    c = RooflineCost(M, G, memory_efficiency=1.0, engine=EngineCost())  # no engine overheads
     t = c.step_time(decode(1, 16))
     embedding_table = M.vocab_size * M.hidden_size * 2  # only one row of it is read
     assert t == pytest.approx((M.weight_bytes() - embedding_table) / G.hbm_bandwidth, rel=0.02)

@@ -67,8 +67,16 @@ class ModelSpec:
         """Bytes of K and V one token occupies across all layers."""
         return 2 * self.num_layers * self.kv_size * DTYPE_BYTES[kv_dtype or self.dtype]
 
+    @property
+    def embedding_params(self) -> int:
+        """The token embedding and the LM head (one matrix when tied)."""
+        return self.vocab_size * self.hidden_size * (1 if self.tie_embeddings else 2)
+
     def weight_bytes(self, weight_dtype: str | None = None) -> float:
-        return self.num_params * DTYPE_BYTES[weight_dtype or self.dtype]
+        """Bytes of the weights; quantized checkpoints (FP8, INT8, INT4) keep the embedding and
+        the LM head in the model's own dtype, as ModelOpt, vLLM and TensorRT-LLM do by default."""
+        rest = self.num_params - self.embedding_params
+        return rest * DTYPE_BYTES[weight_dtype or self.dtype] + self.embedding_params * DTYPE_BYTES[self.dtype]
 
     def with_name(self, name: str) -> ModelSpec:
         return replace(self, name=name)
@@ -83,12 +91,19 @@ MODEL_CATALOG: dict[str, ModelSpec] = {
     for m in [
         _m(name="llama-2-7b", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=32,
            intermediate_size=11008, vocab_size=32000, max_model_len=4096),
+        _m(name="llama-2-13b", num_layers=40, hidden_size=5120, num_heads=40, num_kv_heads=40,
+           intermediate_size=13824, vocab_size=32000, max_model_len=4096),
         _m(name="llama-2-70b", num_layers=80, hidden_size=8192, num_heads=64, num_kv_heads=8,
            intermediate_size=28672, vocab_size=32000, max_model_len=4096),
         _m(name="llama-3-8b", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8,
            intermediate_size=14336, vocab_size=128256, max_model_len=8192, rope_theta=500000.0),
         _m(name="llama-3-70b", num_layers=80, hidden_size=8192, num_heads=64, num_kv_heads=8,
            intermediate_size=28672, vocab_size=128256, max_model_len=8192, rope_theta=500000.0),
+        # Llama 3.1: Llama 3's shapes with a 128K context (config.json max_position_embeddings 131072).
+        _m(name="llama-3.1-8b", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8,
+           intermediate_size=14336, vocab_size=128256, max_model_len=131072, rope_theta=500000.0),
+        _m(name="llama-3.1-70b", num_layers=80, hidden_size=8192, num_heads=64, num_kv_heads=8,
+           intermediate_size=28672, vocab_size=128256, max_model_len=131072, rope_theta=500000.0),
         _m(name="mistral-7b", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8,
            intermediate_size=14336, vocab_size=32000, max_model_len=32768, rope_theta=1e6),
         _m(name="qwen2.5-7b", num_layers=28, hidden_size=3584, num_heads=28, num_kv_heads=4,
