@@ -204,17 +204,17 @@ def _profile(s: Settings, ident: dict, f: fitting.Fit, budget: int, max_seqs: in
     shape = {"num_layers": spec.num_layers, "hidden_size": spec.hidden_size, "num_heads": spec.num_heads,
              "num_kv_heads": spec.num_kv_heads, "intermediate_size": spec.intermediate_size,
              "vocab_size": spec.vocab_size}
-    coef = f.step_coef()
-    step = LinearFit(features=list(fitting.STEP), coef=coef, r2=f.r2, ranges=f.ranges)
+    step = LinearFit(features=f.features(), coef=f.step_coef(), r2=f.r2, ranges=f.ranges)
     # the schema wants per-op tables; an endpoint has none: the step fit's token line stands in
     # (prefer: step, so it is never used for pricing)
     lo, hi = 1.0, float(max(budget, 2))
-    linear = Table(x=[lo, hi], seconds=[coef[0] + coef[1] * lo, coef[0] + coef[1] * hi])
+    c0, c1 = f.coef["const"], f.coef["num_tokens"]
+    linear = Table(x=[lo, hi], seconds=[c0 + c1 * lo, c0 + c1 * hi])
     server = {k: ident.get(k) for k in ("url", "version", "engine", "models")}
     grid = {"server": server, "cache_config": ident.get("cache_config", {}),
             "scheduler": {"policy": "chunked-prefill", "max_num_seqs": max_seqs, "chunk_size": budget,
                           "block_size": block, "kv_blocks": kv_blocks},
-            "fit": {"step": f.stats, "coef": f.coef},
+            "fit": {"step": f.stats, "coef": f.coef, "floor_s": f.floor},
             "probe": speed, "probe_s": speed["probe_s"], "phases_s": data.phases_s,
             "measurements": {"ttft": [vars(t) for t in data.ttft], "gaps": [vars(g) for g in data.gaps],
                              "max_running": data.max_running, "max_seqs_sent": data.max_seqs_sent,
