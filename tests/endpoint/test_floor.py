@@ -5,6 +5,7 @@ once per step however few rows it runs); priced alike by ``profile_time`` (both 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -83,7 +84,7 @@ def test_both_loops_price_a_floored_profile_alike(tmp_path):
 ])
 def test_a_bad_floor_is_a_clear_profile_error(tmp_path, features, coef, why):
     path = floored_profile(tmp_path / "p.json")
-    data = json.loads(open(path).read())
+    data = json.loads(Path(path).read_text())
     data["step"] = LinearFit(features=features, coef=coef, r2=0.9).model_dump(mode="json")
     (tmp_path / "bad.json").write_text(json.dumps(data))
     with pytest.raises(ProfileError, match=why):
