@@ -24,7 +24,8 @@ from endpoint.prompts import PromptBuilder, WordVocab
 from endpoint.server_metrics import identity
 from sim.pricing.profile import Device, LinearFit, Ops, Profile, Table
 
-SPEED_PROBE = (256, 16, 3)  # prompt, output tokens, requests one after another
+SPEED_PROBE = (256, 16, 2)  # lone requests one after another: prompt, output tokens, how many
+SPEED_BATCH = (8, 128, 32)  # then requests at once, prompt, output tokens: a loaded server's steps
 
 
 @dataclass
@@ -45,32 +46,49 @@ def grid(s: Settings, max_len: int) -> dict:
     cap = max_len - 8
     if s.quick:
         return {"ttft_prompts": [p for p in (16, 128, 512, 1024) if p <= cap], "ttft_repeats": 1,
-                "decode_batches": [1, 4], "decode_contexts": [32, 512], "decode_tokens": 16,
+                "decode_points": [(1, 32), (2, 32), (4, 32), (1, 512), (4, 512)], "decode_tokens": 16,
                 "decode_rounds": 1, "mixed_batches": [2], "mixed_prompts": [0.5], "max_seqs_requests": 24,
                 "saturation_requests": 8, "budget_tokens": 4096}
+    # decodes (b requests of c-token prompts at once): every batch size at a short context (the
+    # shape of the cost in b: where the floor ends), a few at longer ones (the KV-read term)
+    points = [(b, 32) for b in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)] + [(1, 512), (4, 512), (16, 512),
+                                                                        (1, 1536), (4, 1536)]
     return {"ttft_prompts": [p for p in (8, 32, 64, 128, 256, 384, 512, 768, 1024, 1536, 2000) if p <= cap],
-            "ttft_repeats": 3, "decode_batches": [1, 2, 4, 8, 16, 32], "decode_contexts": [32, 512, 1536],
-            "decode_tokens": 32, "decode_rounds": 2, "mixed_batches": [1, 4, 12], "mixed_prompts": [0.25, 0.5, 0.9],
+            "ttft_repeats": 3, "decode_points": points, "decode_tokens": 32, "decode_rounds": 3,
+            "mixed_batches": [1, 4, 12], "mixed_prompts": [0.25, 0.5, 0.9],
             "max_seqs_requests": 64, "saturation_requests": 40, "budget_tokens": 8192}
 
 
+def probe_design() -> dict:
+    """What the speed probe sends (a validation compares its probe with calibration's only when
+    both sent the same)."""
+    return {"lone": list(SPEED_PROBE), "batch": list(SPEED_BATCH)}
+
+
 def speed_probe(prober: Prober) -> dict[str, float]:
-    """Median TTFT and ITL of a few lone requests: how fast the server is right now."""
+    """How fast the server is right now, where serving spends its time: a few lone requests
+    (a prefill, decodes of one) and a batch at once (prefill chunks, then steps of b decodes).
+    ``probe_s``: the lone requests' median E2E plus the batch's median E2E."""
     import asyncio
 
     from endpoint.loadgen import run_async
 
     p, out, n = SPEED_PROBE
-    ttft, itl = [], []
-    for _ in range(n):
-        rec = asyncio.run(run_async([prober.request(p, out)], prober.opts)).records[0]
-        if not rec.error:
-            ttft.append(rec.first_token - rec.sent)
-            itl += rec.gaps
-    # the fastest TTFT (interference only adds time), the median gap: as calibration fits
-    return {"ttft_s": float(np.min(ttft)) if ttft else float("nan"),
-            "itl_s": float(np.median(itl)) if itl else float("nan"),
-            "probe_s": float(np.min(ttft) + (out - 1) * np.median(itl)) if ttft and itl else float("nan")}
+    lone = [asyncio.run(run_async([prober.request(p, out)], prober.opts)).records[0] for _ in range(n)]
+    lone = [r for r in lone if not r.error]
+    b, bp, bout = SPEED_BATCH
+    batch = asyncio.run(run_async([prober.request(bp, bout) for _ in range(b)], prober.opts)).records
+    steady = steady_gaps(batch, bp, b)
+    batch = [r for r in batch if not r.error]
+    if not lone or not batch:
+        return {"ttft_s": float("nan"), "itl_s": float("nan"), "batch_itl_s": float("nan"),
+                "probe_s": float("nan")}
+    lone_e2e = float(np.median([r.last_token - r.sent for r in lone]))
+    batch_e2e = float(np.median([r.last_token - r.sent for r in batch]))
+    return {"ttft_s": float(np.median([r.first_token - r.sent for r in lone])),
+            "itl_s": float(np.median([g for r in lone for g in r.gaps])),
+            "batch_itl_s": steady.seconds if steady else float("nan"),
+            "lone_e2e_s": lone_e2e, "batch_e2e_s": batch_e2e, "probe_s": lone_e2e + batch_e2e}
 
 
 def calibrate(s: Settings, vocab: WordVocab, log=print) -> tuple[Profile, dict, ProbeData]:
@@ -142,7 +160,7 @@ def calibrate(s: Settings, vocab: WordVocab, log=print) -> tuple[Profile, dict, 
                                f"with {n} sent at once")
 
         probes.append(speed_probe(prober))
-        pairs = [(b, c) for c in g["decode_contexts"] for b in g["decode_batches"]
+        pairs = [(b, c) for b, c in g["decode_points"]
                  if b <= max_seqs and b * c <= g["budget_tokens"] and c + g["decode_tokens"] < max_len]
         rounds = []
         for _ in range(g["decode_rounds"]):  # shuffled rounds: a slow spell hits any point alike
@@ -215,7 +233,7 @@ def _profile(s: Settings, ident: dict, f: fitting.Fit, budget: int, max_seqs: in
             "scheduler": {"policy": "chunked-prefill", "max_num_seqs": max_seqs, "chunk_size": budget,
                           "block_size": block, "kv_blocks": kv_blocks},
             "fit": {"step": f.stats, "coef": f.coef, "floor_s": f.floor},
-            "probe": speed, "probe_s": speed["probe_s"], "phases_s": data.phases_s,
+            "probe": speed, "probe_s": speed["probe_s"], "probe_design": probe_design(), "phases_s": data.phases_s,
             "measurements": {"ttft": [vars(t) for t in data.ttft], "gaps": [vars(g) for g in data.gaps],
                              "max_running": data.max_running, "max_seqs_sent": data.max_seqs_sent,
                              "prefill_steps": data.chunks}}
@@ -241,26 +259,55 @@ def _fragment(s: Settings, budget: int, max_seqs: int, block: int, kv_blocks: in
 
 def saturation_check(profile_path: Path, fragment: dict, data: ProbeData, base_dir: Path) -> dict:
     """Simulate the saturation probe's closed loop with the fitted profile."""
+    sat = data.saturation
+    recs = [r for r in sat["records"] if not r.error]
+    out = simulate_saturation(profile_path, fragment, {**sat, "requests": len(recs)}, base_dir)
+    return {**out, "steady_itl_measured_s": _median_itl(recs)}
+
+
+def simulate_saturation(profile_path: Path, fragment: dict, sat: dict, base_dir: Path) -> dict:
+    """The closed loop ``sat`` describes (concurrency, requests, prompt, output, measured rate),
+    simulated with the profile."""
     from endpoint.simulate import simulate_measured
     from sim.scenario.schema import scenario_from_dict
     from sim.traffic import build_workload
 
-    sat = data.saturation
-    recs = [r for r in sat["records"] if not r.error]
-    n = len(recs)
+    n = int(sat["requests"])
     frag = {**fragment, "cost": {"model": "profile", "profile": str(Path(profile_path).resolve())}}
     sc = scenario_from_dict({**frag, "name": "saturation", "workload": {
         "num_requests": n, "arrival": {"process": "closed", "concurrency": sat["concurrency"]},
-        "prompt_len": {"dist": "fixed", "value": sat["prompt"]},
-        "output_len": {"dist": "fixed", "value": sat["output"]}}}, "<saturation>", base_dir)
+        "prompt_len": {"dist": "fixed", "value": sat.get("prompt", 256)},
+        "output_len": {"dist": "fixed", "value": sat.get("output", 64)}}}, "<saturation>", base_dir)
     w = build_workload(sc)
     res = simulate_measured(sc, w, np.zeros(n), closed=sat["concurrency"])
     fin = res.requests[res.requests["status"] == "finished"]
     sim_rate = len(fin) / float(fin["completion"].max())
     measured = sat["measured_req_per_s"]
     return {"concurrency": sat["concurrency"], "requests": n, "measured_req_per_s": measured,
-            "simulated_req_per_s": sim_rate, "rel_diff": sim_rate / measured - 1,
-            "steady_itl_measured_s": _median_itl(recs)}
+            "simulated_req_per_s": sim_rate, "rel_diff": sim_rate / measured - 1}
+
+
+def refit(profile: Profile, how: str = "median", floor: bool = True) -> Profile:
+    """The profile fitted again from the probe measurements it keeps (``grid.measurements``)
+    with the current fit: a change to the fit, tried on committed calibrations without a server."""
+    from endpoint.probes import GapPoint, TtftPoint
+
+    g = profile.grid
+    m = g["measurements"]
+    f = fitting.fit([TtftPoint(**t) for t in m["ttft"]], [GapPoint(**x) for x in m["gaps"]],
+                    int(g["scheduler"]["chunk_size"]), floor=floor, how=how)
+    step = LinearFit(features=f.features(), coef=f.step_coef(), r2=f.r2, ranges=f.ranges)
+    fit_ = {k: v for k, v in g["fit"].items() if k != "saturation"}
+    grid = {**g, "fit": {**fit_, "step": f.stats, "coef": f.coef, "floor_s": f.floor,
+                         "refit_of": g["fit"].get("refit_of", {"step": g["fit"].get("step"),
+                                                               "coef": g["fit"].get("coef")})}}
+    if "saturation" in g["fit"]:
+        grid["fit"]["saturation_measured"] = {k: g["fit"]["saturation"][k] for k in
+                                              ("concurrency", "requests", "measured_req_per_s")}
+    notes = [n for n in profile.notes if not n.startswith("refitted")]
+    notes.append(f"refitted from the stored probe measurements (repeats: {how}, floor: {floor})")
+    return profile.model_copy(update={"step": step, "request_overhead_s": f.request_overhead_s, "grid": grid,
+                                      "notes": notes})
 
 
 def _median_itl(recs) -> float:
@@ -268,4 +315,5 @@ def _median_itl(recs) -> float:
     return float(np.median(gaps)) if gaps else float("nan")
 
 
-__all__ = ["Settings", "calibrate", "saturation_check", "speed_probe", "steady_gaps"]
+__all__ = ["Settings", "calibrate", "probe_design", "refit", "saturation_check", "simulate_saturation",
+           "speed_probe", "steady_gaps"]

@@ -16,7 +16,7 @@ found by alternating), and left out when it does not help.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -119,19 +119,27 @@ class Fit:
         return [self.floor if c == "floor" else self.coef[c] for c in self.features()]
 
 
-def fastest(ttft: list[TtftPoint], gaps: list[GapPoint]) -> tuple[list[TtftPoint], list[GapPoint]]:
-    """Repeated measurements of the same point collapsed to their minimum: on a shared machine
-    interference only ever adds time, so the fastest repeat is the server's own cost."""
-    t: dict[int, TtftPoint] = {}
+def collapse(ttft: list[TtftPoint], gaps: list[GapPoint], how: str = "median") -> tuple[list[TtftPoint],
+                                                                                    list[GapPoint]]:
+    """Repeated measurements of the same point collapsed to one: their median (``how``), the
+    server's typical cost on this machine as validation will meet it (a shared machine's
+    other processes included), or their minimum (the server alone)."""
+    pick = np.median if how == "median" else np.min
+    t: dict[int, list[TtftPoint]] = {}
     for p in ttft:
-        if p.prompt not in t or p.ttft < t[p.prompt].ttft:
-            t[p.prompt] = p
-    g: dict[tuple, GapPoint] = {}
+        t.setdefault(p.prompt, []).append(p)
+    g: dict[tuple, list[GapPoint]] = {}
     for p in gaps:
-        key = (p.kind, p.batch, p.prompt, round(p.context / max(p.batch, 1), -1))
-        if key not in g or p.seconds < g[key].seconds:
-            g[key] = p
-    return list(t.values()), list(g.values())
+        g.setdefault((p.kind, p.batch, p.prompt, round(p.context / max(p.batch, 1), -1)), []).append(p)
+    ttft_out = [replace(v[0], ttft=float(pick([p.ttft for p in v]))) for v in t.values()]
+    gaps_out = [replace(v[0], seconds=float(pick([p.seconds for p in v])),
+                        context=float(np.mean([p.context for p in v]))) for v in g.values()]
+    return ttft_out, gaps_out
+
+
+def fastest(ttft: list[TtftPoint], gaps: list[GapPoint]) -> tuple[list[TtftPoint], list[GapPoint]]:
+    """Repeats collapsed to their minimum (interference only ever adds time)."""
+    return collapse(ttft, gaps, "min")
 
 
 def _fit_floored(m: Measured, w: np.ndarray, start: int, iters: int = 20) -> tuple[dict[str, float], float]:
@@ -148,16 +156,17 @@ def _fit_floored(m: Measured, w: np.ndarray, start: int, iters: int = 20) -> tup
     return coef, floor
 
 
-def fit(ttft: list[TtftPoint], gaps: list[GapPoint], budget: int, floor: bool = True) -> Fit:
+def fit(ttft: list[TtftPoint], gaps: list[GapPoint], budget: int, floor: bool = True, how: str = "median") -> Fit:
     """The step terms, the floor (``floor``: try one) and the per-request overhead that explain
     the measurements best (Σ weight·|relative error|); every kind of measurement weighs as much
     in total as any other (the many TTFT points would otherwise outvote the decode steps that
-    make up most of E2E)."""
-    ttft, gaps = fastest(ttft, gaps)
+    make up most of E2E); repeats of a point collapse to their median (``how``: or min)."""
+    ttft, gaps = collapse(ttft, gaps, how)
     m = measured(ttft, gaps, budget)
     y = m.y
-    if len(y) < len(COLUMNS) + floor:
-        raise ValueError(f"{len(y)} measurements cannot fit {len(COLUMNS) + floor} terms")
+    if len(y) < len(COLUMNS):
+        raise ValueError(f"{len(y)} measurements cannot fit {len(COLUMNS)} terms")
+    floor = floor and len(y) > len(COLUMNS)  # a floor needs one more
     kinds = np.asarray(m.kind)
     share = {k: 1.0 / np.count_nonzero(kinds == k) for k in set(m.kind)}
     w = np.array([share[k] for k in m.kind]) / np.maximum(y, 1e-9)
@@ -171,7 +180,7 @@ def fit(ttft: list[TtftPoint], gaps: list[GapPoint], budget: int, floor: bool = 
     pred = predict(coef, fl, m)
     err = pred / y - 1
     stats = {"n": len(y), "median_abs_rel_error": float(np.median(np.abs(err))), "loss": loss,
-             "floor_s": fl}
+             "floor_s": fl, "repeats": how}
     for k in ("ttft", "decode", "mixed"):
         sel = kinds == k
         if sel.any():
