@@ -45,16 +45,16 @@ class Settings:
 def grid(s: Settings, max_len: int) -> dict:
     cap = max_len - 8
     if s.quick:
-        return {"ttft_prompts": [p for p in (16, 128, 512, 1024) if p <= cap], "ttft_repeats": 1,
-                "decode_points": [(1, 32), (2, 32), (4, 32), (1, 512), (4, 512)], "decode_tokens": 16,
-                "decode_rounds": 1, "mixed_batches": [2], "mixed_prompts": [0.5], "max_seqs_requests": 24,
+        return {"ttft_prompts": [p for p in (16, 128, 512, 1024) if p <= cap], "rounds": 2,
+                "decode_points": [(1, 32), (2, 32), (4, 32), (6, 32), (1, 256), (2, 256)], "decode_tokens": 16,
+                "mixed_batches": [2], "mixed_prompts": [0.25, 0.5], "max_seqs_requests": 24,
                 "saturation_requests": 8, "budget_tokens": 4096}
     # decodes (b requests of c-token prompts at once): every batch size at a short context (the
     # shape of the cost in b: where the floor ends), a few at longer ones (the KV-read term)
     points = [(b, 32) for b in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)] + [(1, 512), (4, 512), (16, 512),
                                                                         (1, 1536), (4, 1536)]
     return {"ttft_prompts": [p for p in (8, 32, 64, 128, 256, 384, 512, 768, 1024, 1536, 2000) if p <= cap],
-            "ttft_repeats": 3, "decode_points": points, "decode_tokens": 32, "decode_rounds": 3,
+            "rounds": 3, "decode_points": points, "decode_tokens": 32,
             "mixed_batches": [1, 4, 12], "mixed_prompts": [0.25, 0.5, 0.9],
             "max_seqs_requests": 64, "saturation_requests": 40, "budget_tokens": 8192}
 
@@ -120,18 +120,17 @@ def calibrate(s: Settings, vocab: WordVocab, log=print) -> tuple[Profile, dict, 
         for p in (16, 64, 256, 16):
             prober.ttft([p], 1, rng)
         end("warm-up")
-        # the speed probe at the start, middle and end: the calibration's average speed, for
-        # validation to compare its own probe with (the drift)
+        # the speed probe at the start and after every round: the calibration's average speed,
+        # for validation to compare its own probe with (the drift)
         probes = [speed_probe(prober)]
 
-        phase("TTFT vs prompt length", len(g["ttft_prompts"]) * g["ttft_repeats"])
-        data.ttft = prober.ttft(g["ttft_prompts"], g["ttft_repeats"], rng)
-        end("TTFT vs prompt length")
         sizes = sorted({max_len - 8, (max_len - 8) * 3 // 4, (max_len - 8) // 2})
-        phase("token budget per step", len(sizes))
-        slowest = max(t.ttft for t in data.ttft)
+        phase("token budget per step", len(sizes) + 1)
+        # the decode must outlast the longest prompt's prefill (then it is cancelled)
+        big = prober.ttft([sizes[-1]], 1, rng)[0]
+        itl = big.itl if np.isfinite(big.itl) and big.itl > 0 else 0.01
+        out = int(min(max_len - 80, 60 + 3 * big.ttft / itl))
         for p in sizes:
-            out = int(min(max_len - 64, 80 + 3 * slowest * p / max(g["ttft_prompts"]) / 0.02))
             data.chunks.append((p, prober.chunks(p, out)))
         end("token budget per step")
         budget, why = (s.budget, "given") if s.budget else fitting.infer_budget(data.chunks)
@@ -159,34 +158,28 @@ def calibrate(s: Settings, vocab: WordVocab, log=print) -> tuple[Profile, dict, 
                 s.notes.append(f"max running sequences {max_seqs}: running requests plateaued there "
                                f"with {n} sent at once")
 
-        probes.append(speed_probe(prober))
-        pairs = [(b, c) for b, c in g["decode_points"]
-                 if b <= max_seqs and b * c <= g["budget_tokens"] and c + g["decode_tokens"] < max_len]
-        rounds = []
-        for _ in range(g["decode_rounds"]):  # shuffled rounds: a slow spell hits any point alike
-            rng.shuffle(pairs)
-            rounds += pairs
-        pairs = rounds
-        phase("ITL vs decodes × context", len(pairs))
-        for b, c in pairs:
-            gp = prober.decode(b, c, g["decode_tokens"])
-            if gp is not None:
-                data.gaps.append(gp)
-        end("ITL vs decodes × context")
-
-        mixed = [(b, max(8, int(f * budget) - b)) for b in g["mixed_batches"] for f in g["mixed_prompts"]
-                 if b < max_seqs and f * budget < max_len - 8]
-        phase("prefill among decodes", len(mixed))
-        for b, p in mixed:
-            gp = prober.mixed(b, 64, p, 48)
-            if gp is not None:
-                data.gaps.append(gp)
-        end("prefill among decodes")
-
-        phase("speed probe", 1)
-        probes.append(speed_probe(prober))
-        bar.tick()
-        end("speed probe")
+        # Every point once per round, all kinds shuffled together: a slow spell of a shared
+        # machine lands on TTFT, decode and mixed points alike (and the fit takes each point's
+        # median over the rounds), rather than on one whole phase.
+        points = [("ttft", p, 0) for p in g["ttft_prompts"]]
+        points += [("decode", b, c) for b, c in g["decode_points"]
+                   if b <= max_seqs and b * c <= g["budget_tokens"] and c + g["decode_tokens"] < max_len]
+        points += [("mixed", b, max(8, int(f * budget) - b)) for b in g["mixed_batches"]
+                   for f in g["mixed_prompts"] if b < max_seqs and f * budget < max_len - 8]
+        phase("TTFT, decodes, prefill among decodes", len(points) * g["rounds"] + g["rounds"])
+        for _ in range(g["rounds"]):
+            order = list(points)
+            rng.shuffle(order)
+            for kind, a, b in order:
+                if kind == "ttft":
+                    data.ttft += prober.ttft([a], 1, rng)
+                    continue
+                gp = prober.decode(a, b, g["decode_tokens"]) if kind == "decode" else prober.mixed(a, 64, b, 48)
+                if gp is not None:
+                    data.gaps.append(gp)
+            probes.append(speed_probe(prober))
+            bar.tick()
+        end("TTFT, decodes, prefill among decodes")
         speed = {k: float(np.mean([p[k] for p in probes])) for k in probes[0]}
         speed["each_s"] = [p["probe_s"] for p in probes]
 
