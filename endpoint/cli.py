@@ -39,7 +39,9 @@ def add_client_options(p, model_help: str = "served model name (default: the ser
     p.add_argument("--model", default=None, help=model_help)
     p.add_argument("--tokenizer", default=None,
                    help="tokenizer.json or model folder (default: the served model's folder, if local)")
-    p.add_argument("--api", choices=["completions", "chat"], default="completions")
+    p.add_argument("--api", choices=["completions", "chat"], default="completions",
+                   help="the OpenAI API to call: completions (/v1/completions, default) or chat "
+                        "(/v1/chat/completions)")
     p.add_argument("--no-exact-output", action="store_true",
                    help="do not send ignore_eos / min_tokens (servers that reject them)")
 

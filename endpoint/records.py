@@ -24,7 +24,7 @@ from sim.results.metrics import slo_limits, slo_met, summarize
 
 def requests_frame(result: LoadResult, slo=None, class_names=None, class_id=None) -> pd.DataFrame:
     """One row per request, the columns of ``sim.results.metrics.requests_frame`` (unknowns:
-    replica 0, no preemptions, scheduling time NaN) plus ``error``."""
+    replica and engine 0, no preemptions, scheduling time NaN) plus ``error``."""
     recs = result.records
     n = len(recs)
     ok = np.array([not r.error and r.chunks > 0 for r in recs], dtype=bool)
@@ -43,6 +43,7 @@ def requests_frame(result: LoadResult, slo=None, class_names=None, class_id=None
         "request_id": np.array([r.request_id for r in recs], dtype=np.int64),
         "class": names[cid],
         "replica": np.zeros(n, dtype=np.int64),
+        "arrival_engine": np.zeros(n, dtype=np.int64),
         "arrival": arrival,
         "prompt_tokens": prompt,
         "output_tokens": np.where(ok, out_tok, 0),

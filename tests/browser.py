@@ -34,15 +34,19 @@ window.addEventListener('load', () => setTimeout(() => {
 
 
 def render(chromium: str, page: Path, tmp_path: Path) -> tuple[dict, str]:
-    """Load ``page`` in headless chromium; the probe's findings and the browser's log."""
-    probed = tmp_path / f"probed-{page.parent.name}.html"
+    """Load ``page`` in headless chromium; the probe's findings and the browser's log. The
+    probed copy sits beside the page, so files it loads by relative path (plotly.min.js) load."""
+    probed = page.parent / f".probed-{page.stem}.html"
     probed.write_text(page.read_text().replace("<head>", "<head>" + PROBE, 1))
     cmd = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
            "--disable-background-networking", "--disable-component-update", "--disable-sync",
            f"--user-data-dir={tmp_path / 'chrome-profile'}", "--enable-logging=stderr",
            "--v=0", "--virtual-time-budget=20000", "--window-size=1400,1000", "--dump-dom",
            probed.as_uri()]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    finally:
+        probed.unlink()
     m = re.search(r'<pre id="probe-result">(.*?)</pre>', done.stdout, re.S)
     assert m, f"the page never finished loading:\n{done.stderr[-3000:]}"
     return json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&")), done.stderr

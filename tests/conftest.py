@@ -8,6 +8,9 @@ from pathlib import Path
 
 # Triton kernels run on the CPU through the interpreter; it must be chosen before triton loads.
 os.environ.setdefault("TRITON_INTERPRET", "1")
+# The compiled core checks every array index in tests (an IndexError, not memory corruption);
+# its builds are kept apart from unchecked ones (sim/core/jit.py stamps them with the setting).
+os.environ.setdefault("NUMBA_BOUNDSCHECK", "1")
 
 import pytest
 

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from sim.cli.console import console, err_console, finish_run, positive_int, progress_callback
 from sim.errors import InputError
+from sim.results import plotlyjs
 
 
 def cmd_run(args) -> int:
@@ -37,30 +38,60 @@ def cmd_run(args) -> int:
             result = simulate(scenario, progress=cb, workload=workload)
     else:
         result = simulate(scenario, workload=workload)
-    return finish_run(result, args.out, args.format, "simulated", workload)
+    return finish_run(result, args.out, args.format, "simulated", workload, args.plotlyjs)
+
+
+def catalog_records(what: str) -> list[dict]:
+    """The model or GPU catalog, one record per entry, numbers as numbers (for csv and json)."""
+    from sim.scenario.specs import GPU_CATALOG, MODEL_CATALOG
+
+    if what == "models":
+        return [{"name": m.name, "params_b": round(m.num_params / 1e9, 3), "layers": m.num_layers,
+                 "hidden": m.hidden_size, "heads": m.num_heads, "kv_heads": m.num_kv_heads,
+                 "ffn": m.intermediate_size, "vocab": m.vocab_size, "max_len": m.max_model_len, "dtype": m.dtype,
+                 "experts": m.num_experts, "experts_per_token": m.experts_per_token}
+                for m in MODEL_CATALOG.values()]
+    return [{"name": g.name, "memory_gb": round(g.memory_bytes / 1e9, 1), "bf16_tflops": round(g.bf16_flops / 1e12),
+             "fp8_tflops": round(g.fp8_flops / 1e12) or None, "hbm_gbps": round(g.hbm_bandwidth / 1e9),
+             "link_gbps": round(g.interconnect_bandwidth / 1e9), "link": g.interconnect,
+             "usd_per_hour": g.price_per_hour} for g in GPU_CATALOG.values()]
+
+
+def catalog_table(what: str, records: list[dict]) -> tuple[list[str], list[list[str]]]:
+    """Headings and text rows for the terminal."""
+    if what == "models":
+        head = ["name", "params", "layers", "hidden", "heads", "kv heads", "ffn", "vocab", "max len", "dtype",
+                "experts"]
+        rows = [[r["name"], f"{r['params_b']:.2f}B", *(str(r[k]) for k in ("layers", "hidden", "heads", "kv_heads",
+                                                                          "ffn", "vocab", "max_len")), r["dtype"],
+                 f"{r['experts']} (top {r['experts_per_token']})" if r["experts"] > 1 else "-"] for r in records]
+    else:
+        head = ["name", "memory GB", "bf16 TFLOP/s", "fp8 TFLOP/s", "HBM GB/s", "link GB/s", "link", "$/h"]
+        rows = [[r["name"], f"{r['memory_gb']:.0f}", str(r["bf16_tflops"]), str(r["fp8_tflops"] or "-"),
+                 str(r["hbm_gbps"]), str(r["link_gbps"]), r["link"], f"{r['usd_per_hour']:.2f}"] for r in records]
+    return head, rows
 
 
 def cmd_list(args) -> int:
-    from sim.scenario.specs import GPU_CATALOG, MODEL_CATALOG
+    import json
 
-    if args.what == "models":
-        t = Table("name", "params", "layers", "hidden", "heads", "kv heads", "ffn", "vocab",
-                  "max len", "dtype", "experts")
-        for m in MODEL_CATALOG.values():
-            t.add_row(m.name, f"{m.num_params / 1e9:.2f}B", str(m.num_layers), str(m.hidden_size),
-                      str(m.num_heads), str(m.num_kv_heads), str(m.intermediate_size),
-                      str(m.vocab_size), str(m.max_model_len), m.dtype,
-                      f"{m.num_experts} (top {m.experts_per_token})" if m.is_moe else "-")
-    else:
-        t = Table("name", "memory", "bf16 TFLOP/s", "fp8 TFLOP/s", "HBM GB/s", "link GB/s",
-                  "link", "$/h")
-        for g in GPU_CATALOG.values():
-            t.add_row(g.name, f"{g.memory_bytes / 1e9:.0f} GB", f"{g.bf16_flops / 1e12:.0f}",
-                      f"{g.fp8_flops / 1e12:.0f}" if g.fp8_flops else "-",
-                      f"{g.hbm_bandwidth / 1e9:.0f}", f"{g.interconnect_bandwidth / 1e9:.0f}",
-                      g.interconnect, f"{g.price_per_hour:.2f}")
+    from sim.cli.console import print_rows
+
+    records = catalog_records(args.what)
+    if args.format == "json":
+        print(json.dumps(records, indent=2))
+        return 0
+    if args.format == "csv":
+        import csv
+
+        w = csv.DictWriter(sys.stdout, fieldnames=list(records[0]))
+        w.writeheader()
+        w.writerows(records)
+        return 0
+    head, rows = catalog_table(args.what, records)
+    t = Table(*head)
     t.columns[0].no_wrap = True
-    console.print(t)
+    print_rows(t, rows)
     return 0
 
 
@@ -74,6 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="servesim", description="Simulate LLM serving systems, and check the simulation "
         "against a real engine.")
+    p.add_argument("--version", action="version", version=f"servesim {version()}",
+                   help="print the version and exit")
     sub = p.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="simulate a scenario and write its results")
@@ -81,13 +114,17 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", default="results", help="output folder (default: results)")
     run.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                      help="override a scenario field, e.g. --set workload.arrival.rate=8")
-    run.add_argument("--format", choices=["parquet", "csv"], default="parquet")
+    run.add_argument("--format", choices=["parquet", "csv"], default="parquet",
+                     help="format of the requests and steps tables (default: parquet)")
+    run.add_argument("--plotlyjs", choices=plotlyjs.MODES, default="file", help=plotlyjs.HELP)
     run.add_argument("--profile-sim", action="store_true",
                      help="print where the simulator's own time goes (cProfile)")
     run.set_defaults(func=cmd_run)
 
     ls = sub.add_parser("list", help="show the model or GPU catalog")
-    ls.add_argument("what", choices=["models", "gpus"])
+    ls.add_argument("what", choices=["models", "gpus"], help="which catalog: models or gpus")
+    ls.add_argument("--format", choices=["table", "csv", "json"], default="table",
+                    help="table (readable; plain rows when piped), csv or json")
     ls.set_defaults(func=cmd_list)
 
     bench = sub.add_parser("bench", help="measure the simulator's own speed")
@@ -113,7 +150,72 @@ def build_parser() -> argparse.ArgumentParser:
 
     for register in _extra_commands():
         register(sub)
+    for cmd in sub.choices.values():
+        fill_help(cmd)
     return p
+
+
+# The options every command shares mean the same everywhere; a command that registers one
+# without a help text gets this one.
+SHARED_HELP = {
+    "--out": "output folder (or file) for the results",
+    "--set": "override a scenario field, e.g. --set workload.arrival.rate=8 (repeatable)",
+    "--format": "output format",
+    "--device": "where the engine runs: cpu or cuda",
+    "--seed": "random seed (same seed, same results)",
+    "--no-progress": "no progress bar",
+    "--tp": "tensor-parallel degree the measurements were taken at",
+}
+
+
+def fill_help(parser: argparse.ArgumentParser) -> None:
+    for action in parser._actions:
+        if action.help is None:
+            for opt in action.option_strings:
+                if opt in SHARED_HELP:
+                    action.help = SHARED_HELP[opt]
+                    if action.default not in (None, False, [], argparse.SUPPRESS):
+                        action.help += " (default: %(default)s)"
+                    break
+
+
+def trace_hint(path, message: str) -> str:
+    """Where to get a trace that is not there: the scenario's (or study's) own header comment
+    says so, e.g. scenarios/azure-conversation.yaml."""
+    if not path or not isinstance(path, str) or "trace file not found" not in message:
+        return ""
+    try:
+        from pathlib import Path
+
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return ""
+    header = []
+    for line in lines:
+        if not line.startswith("#"):
+            break
+        header.append(line[1:].strip())
+    start = next((i for i, t in enumerate(header) if "not shipped" in t or "download" in t.lower()), None)
+    if start is None:
+        return ""
+    hint = []
+    for t in header[start:]:
+        if not t and hint:
+            break
+        hint.append(t)
+    return f"hint ({path}): " + " ".join(hint)
+
+
+def version() -> str:
+    """The installed package's version, else the source tree's."""
+    try:
+        from importlib.metadata import version as installed
+
+        return installed("servesim")
+    except Exception:
+        import sim
+
+        return sim.__version__
 
 
 def _extra_commands():
@@ -130,6 +232,9 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except InputError as e:
         err_console.print(f"[red]error:[/] {escape(str(e))}", highlight=False)
+        hint = trace_hint(getattr(args, "scenario", None) or getattr(args, "study", None), str(e))
+        if hint:
+            err_console.print(hint, highlight=False, markup=False)
         return 2
     except MemoryError:
         err_console.print("[red]error:[/] out of memory: this run needs more memory than the machine "
@@ -139,6 +244,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         err_console.print("interrupted")
         return 130
+    except BrokenPipeError:  # the reader stopped reading (| head): not an error of ours
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

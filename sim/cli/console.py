@@ -6,9 +6,13 @@ import argparse
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from sim.results.fmt import numeric
+
 console = Console()
+console.soft_wrap = not console.is_terminal  # piped: long lines stay whole
 err_console = Console(stderr=True, soft_wrap=True)
 
 def positive_int(text: str) -> int:
@@ -22,27 +26,43 @@ def positive_int(text: str) -> int:
     return value
 
 
-SUMMARY_ROWS = [
-    ("requests", "{:d}"), ("finished", "{:d}"), ("rejected", "{:d}"),
-    ("duration_s", "{:.2f} s"), ("request_throughput", "{:.2f} req/s"),
-    ("output_token_throughput", "{:.0f} tok/s"),
-    ("ttft_p50", "{:.3f} s"), ("ttft_p99", "{:.3f} s"),
-    ("tpot_p50", "{:.4f} s"), ("tpot_p99", "{:.4f} s"),
-    ("e2e_p50", "{:.3f} s"), ("e2e_p99", "{:.3f} s"),
-    ("slo_attainment", "{:.1%}"), ("goodput", "{:.2f} req/s"), ("preemptions", "{:d}"),
-    ("mean_batch_size", "{:.1f}"), ("mean_kv_utilization", "{:.1%}"),
-]
-
-
 def print_summary(result) -> None:
-    s = result.summary
-    table = Table(title=f"{result.scenario.name} ({result.mode})", show_header=False)
-    for key, fmt in SUMMARY_ROWS:
-        if key in s and s[key] == s[key]:  # skip NaN
-            table.add_row(key, fmt.format(s[key]))
-    console.print(table)
+    """What was simulated, then the summary's tables (sim.results.summary_view): rich tables on
+    a terminal, plain aligned text when piped."""
+    from sim.results.summary_view import Block, summary_blocks
+
+    setup, blocks = summary_blocks(result)
+    title = f"{result.scenario.name} ({result.mode})"
+    for b in [Block(title, [list(r) for r in setup]), *blocks]:
+        print_block(b)
+    console.print("Latencies as vllm bench serve defines them (README, \"Metrics\").", style="dim")
     for w in result.warnings:
-        console.print(f"[yellow]warning:[/] {w}")
+        console.print(f"[yellow]warning:[/] {escape(w)}")
+
+
+def print_block(b) -> None:
+    """One summary table (a ``summary_view.Block``): a table with headers, or key/value rows."""
+    if not console.is_terminal:
+        print(b.title)
+        print_plain(b.headers, b.rows, indent="  ", right=bool(b.headers))
+        return
+    from rich import box
+
+    if b.headers:
+        t = Table(*b.headers, title=b.title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD,
+                  padding=(0, 1), pad_edge=False)
+        for i, col in enumerate(t.columns):
+            col.no_wrap = True
+            if i and b.rows and all(numeric(r[i]) for r in b.rows):
+                col.justify = "right"
+    else:
+        t = Table(title=b.title, title_justify="left", title_style="bold", show_header=False, box=None,
+                  padding=(0, 1), pad_edge=False)
+        t.add_column(style="dim", no_wrap=True)
+        t.add_column(overflow="fold")
+    for r in b.rows:
+        t.add_row(*r)
+    console.print(t)
 
 
 def progress_callback(total: int):
@@ -65,12 +85,12 @@ def progress_callback(total: int):
 ALL_REJECTED = 3  # exit code of a run that finished with every request rejected
 
 
-def finish_run(result, out: str, fmt: str, verb: str, workload=None) -> int:
+def finish_run(result, out: str, fmt: str, verb: str, workload=None, plotly: str = "file") -> int:
     """Write a run's results, print its summary and where the files went. Exit code 0, or
     ``ALL_REJECTED`` when every request was rejected (the results are written all the same)."""
     from sim.results.write import write_results
 
-    paths = write_results(result, out, fmt, workload)
+    paths = write_results(result, out, fmt, workload, plotly)
     print_summary(result)
     if result.loop == "compiled":
         from sim.loops.compiled import compiled_this_process
@@ -91,8 +111,13 @@ def finish_run(result, out: str, fmt: str, verb: str, workload=None) -> int:
 
 def print_rows(table: Table, rows: list[list[str]], fmt: str = "table") -> None:
     """Rows under ``table``'s columns: a rich table on a terminal, plain aligned text when piped
-    (nothing cut), or CSV."""
+    (nothing cut), CSV, or JSON (a list of objects keyed by the headings)."""
     headers = [str(c.header) for c in table.columns]
+    if fmt == "json":
+        import json
+
+        print(json.dumps([dict(zip(headers, r, strict=True)) for r in rows], indent=2, ensure_ascii=False))
+        return
     if fmt == "csv":
         import csv
         import sys
@@ -106,7 +131,21 @@ def print_rows(table: Table, rows: list[list[str]], fmt: str = "table") -> None:
             table.add_row(*r)
         console.print(table)
         return
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
-    print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
-    for r in rows:
-        print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
+    if table.title:
+        print(table.title)
+    print_plain(headers, rows)
+
+
+def print_plain(headers: list[str], rows: list[list[str]], indent: str = "", right: bool = False) -> None:
+    """Aligned columns of plain text, nothing cut (what a pipe or a file gets). ``right``
+    right-aligns every column after the first (numbers)."""
+    ncol = len(headers) or (len(rows[0]) if rows else 0)
+    lines = ([headers] if headers else []) + rows
+    widths = [max(len(r[i]) for r in lines) for i in range(ncol)]
+
+    def line(r):
+        cells = [v.rjust(w) if right and i else v.ljust(w) for i, (v, w) in enumerate(zip(r, widths, strict=True))]
+        return (indent + "  ".join(cells)).rstrip()
+
+    for r in lines:
+        print(line(r))

@@ -12,9 +12,11 @@ from sim.core.state import (
     DONE,
     P_BLOCK_SIZE,
     P_MAX_LEN,
+    P_MAX_SEQS,
     P_NUM_BLOCKS,
     P_WATERMARK,
     S_NRUN,
+    S_NTRANSFER,
     S_NWAIT,
     S_PN,
 )
@@ -41,6 +43,13 @@ def reject(c, rid, reason):
     c.req.status[rid] = REJECTED
     c.req.reject_reason[rid] = reason
     emit(c, rid, DONE)
+
+
+@leaf
+def free_seats(c, e):
+    """Seats left for more running requests: those running and those whose KV cache is on its
+    way here (a decode replica reserved their seats) count."""
+    return c.ep[e, P_MAX_SEQS] - c.es[e, S_NRUN] - c.es[e, S_NTRANSFER]
 
 
 @leaf

@@ -199,18 +199,18 @@ def hand_over(c, e, rid, now):
 @jit
 def log_step(c, e, pn, tokens, decodes):
     row = c.g[G_LOG_N]
-    li = c.log_i[row]
-    li[L_REPLICA] = c.ep[e, P_REPLICA]
-    li[L_ENGINE] = e
-    li[L_SEQS] = pn
-    li[L_TOKENS] = tokens
-    li[L_PREFILL] = tokens - decodes
-    li[L_DECODES] = decodes
-    li[L_USED] = c.es[e, S_USED_AT]
-    li[L_CACHED] = c.es[e, S_CACHED_AT]
-    li[L_QUEUE] = c.es[e, S_QUEUED_AT]
-    c.log_f[row, 0] = c.ef[e, T_START]
-    c.log_f[row, 1] = c.ef[e, T_DURATION]
+    li = c.log_i
+    li[L_REPLICA, row] = c.ep[e, P_REPLICA]
+    li[L_ENGINE, row] = e
+    li[L_SEQS, row] = pn
+    li[L_TOKENS, row] = tokens
+    li[L_PREFILL, row] = tokens - decodes
+    li[L_DECODES, row] = decodes
+    li[L_USED, row] = c.es[e, S_USED_AT]
+    li[L_CACHED, row] = c.es[e, S_CACHED_AT]
+    li[L_QUEUE, row] = c.es[e, S_QUEUED_AT]
+    c.log_f[0, row] = c.ef[e, T_START]
+    c.log_f[1, row] = c.ef[e, T_DURATION]
     c.g[G_LOG_N] = row + 1
 
 

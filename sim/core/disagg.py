@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from sim.core import kvblocks as kv
 from sim.core import queues
-from sim.core.admission import join_running, never_fits, reject
+from sim.core.admission import free_seats, join_running, never_fits, reject
 from sim.core.commit import token_out
 from sim.core.jit import jit
 from sim.core.outbox import emit
@@ -19,12 +19,10 @@ from sim.core.state import (
     LK_LAYERS,
     LK_LAYERWISE,
     P_BLOCK_SIZE,
-    P_MAX_SEQS,
     P_SPEC_K,
     P_TP,
     P_WATERMARK,
     S_NREMOTE,
-    S_NRUN,
     S_NTRANSFER,
     SEND_KV,
 )
@@ -37,7 +35,7 @@ def admit_remote(c, e):
     r = c.req
     q = queues.remote_q(c)
     room = kv.available(c, e) - c.ep[e, P_WATERMARK]
-    seats = c.ep[e, P_MAX_SEQS] - c.es[e, S_NRUN] - c.es[e, S_NTRANSFER]
+    seats = free_seats(c, e)
     while c.es[e, S_NREMOTE] > 0 and seats > 0:
         rid = c.qhead[e, q]
         reason = never_fits(c, e, rid)

@@ -29,10 +29,12 @@ except ImportError:  # pragma: no cover - exercised where numba is not installed
 # change to a callee elsewhere would leave a caller's stale build in use: here every file of the
 # core stamps every cached function, and any change recompiles them all. The builds live in a
 # folder per user named by that stamp (so every checkout of the same core shares one build),
-# or under NUMBA_CACHE_DIR when it is set, or beside the source when neither is writable.
+# or under NUMBA_CACHE_DIR when it is set, or beside the source when neither is writable. Builds
+# with array bounds checks (NUMBA_BOUNDSCHECK=1, as the tests run) get their own stamp.
 _SIM = Path(__file__).resolve().parents[1]
 CORE_FILES = frozenset(str(p) for d in ("core", "pricing", "loops") for p in (_SIM / d).glob("*.py"))
-CORE_STAMP = hashlib.sha256(b"".join(Path(p).read_bytes() for p in sorted(CORE_FILES))).hexdigest()
+CORE_STAMP = hashlib.sha256(b"".join(Path(p).read_bytes() for p in sorted(CORE_FILES))
+                            + os.environ.get("NUMBA_BOUNDSCHECK", "").encode()).hexdigest()
 
 
 def _user_cache() -> Path:

@@ -21,7 +21,7 @@ import numpy as np
 
 from sim.core import kvblocks as kv
 from sim.core import queues
-from sim.core.admission import RUNNING, add_row, admit_waiting
+from sim.core.admission import RUNNING, add_row, admit_waiting, free_seats
 from sim.core.jit import jit
 from sim.core.plan import shape_into
 from sim.core.preemption import grow, swap_in_waiting
@@ -33,7 +33,6 @@ from sim.core.state import (
     P_BLOCK_SIZE,
     P_CHUNK,
     P_MAX_BATCHED,
-    P_MAX_SEQS,
     P_POLICY,
     P_SPEC_K,
     S_BATCH_N,
@@ -54,8 +53,8 @@ BIG = np.int64(1) << np.int64(62)
 def continuous(c, e):
     r = c.req
     if c.es[e, S_NSWAP]:
-        swap_in_waiting(c, e, c.ep[e, P_MAX_SEQS] - c.es[e, S_NRUN])
-    seats = c.ep[e, P_MAX_SEQS] - c.es[e, S_NRUN]
+        swap_in_waiting(c, e, free_seats(c, e))
+    seats = free_seats(c, e)
     admitting = c.es[e, S_NWAIT] and seats > 0 and c.es[e, S_NSWAP] == 0
     if admitting and admit_waiting(c, e, c.ep[e, P_MAX_BATCHED], seats, False, False):
         return  # a step of whole prompts
@@ -75,7 +74,7 @@ def chunked(c, e):
     r = c.req
     budget = c.ep[e, P_CHUNK]
     if c.es[e, S_NSWAP]:
-        swap_in_waiting(c, e, c.ep[e, P_MAX_SEQS] - c.es[e, S_NRUN])
+        swap_in_waiting(c, e, free_seats(c, e))
     prefilling = False
     for i in range(c.es[e, S_NRUN]):  # decodes first
         rid = c.running[e, i]
@@ -103,7 +102,7 @@ def chunked(c, e):
             r.num_blocks[rid] += need
             add_row(c, e, rid, n)
             budget -= n
-    seats = c.ep[e, P_MAX_SEQS] - c.es[e, S_NRUN]
+    seats = free_seats(c, e)
     if budget > 0 and seats > 0 and c.es[e, S_NWAIT] and not c.es[e, S_PREEMPTED] and c.es[e, S_NSWAP] == 0:
         admit_waiting(c, e, budget, seats, True, False)
 

@@ -87,8 +87,8 @@ class Core(NamedTuple):
     lk: np.ndarray
     g: np.ndarray
     out: np.ndarray
-    log_i: np.ndarray
-    log_f: np.ndarray
+    log_i: np.ndarray  # [LOG_INT_COLUMNS, LOG_ROWS] the step log's chunk, a row per column
+    log_f: np.ndarray  # [2, LOG_ROWS] start, duration
     itl_hist: np.ndarray  # [classes, ITL_BINS]
     itl_sum: np.ndarray  # [classes] whole nanoseconds
 
@@ -196,5 +196,5 @@ def core_of(engines: list[EngineSpec], table: RequestTable, *, seed: int = 0, ro
         cache=block_table(caching), rp=rp, pf=np.zeros((R, 4)) if pipeline is None else pipeline,
         stage_free=np.zeros((R, int(rp[:, R_COUNT].max()))), rt=rt, rtable=block_table(router_tables),
         lk=np.zeros(5) if link is None else link, g=np.array([seed, 0, 0], dtype=np.int64),
-        out=ints(2 * table.n + 64), log_i=np.zeros((LOG_ROWS, len(LOG_INT_COLUMNS)), dtype=np.int32),
-        log_f=np.zeros((LOG_ROWS, 2)), itl_hist=ints(classes, ITL_BINS), itl_sum=ints(classes))
+        out=ints(2 * table.n + 64), log_i=np.zeros((len(LOG_INT_COLUMNS), LOG_ROWS), dtype=np.int32),
+        log_f=np.zeros((2, LOG_ROWS)), itl_hist=ints(classes, ITL_BINS), itl_sum=ints(classes))

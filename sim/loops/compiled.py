@@ -39,6 +39,7 @@ from sim.loops.events import (
     act,
     arrivals,
     grown,
+    horizon,
     loop_ref,
     new_loop,
     notify,
@@ -66,7 +67,7 @@ def run_events(c, costs, L, seats):
                 push(L, 0.0, SEND, rid)
             L.k[K_NEXT_SEND] = first
         else:
-            arrivals(c, L, 0.0)
+            arrivals(c, L, 0.0, False)
     room = 2 * E + 4 * seats + 16  # the most events one event can add
     while L.k[K_HEAP_N]:
         if c.g[G_LOG_N] == LOG_ROWS:
@@ -81,8 +82,7 @@ def run_events(c, costs, L, seats):
             act(c, L, now)
             end = plan(c, costs, L, who, now)
             if end >= 0.0 and steady(c, who, now):  # jump over decode steps nothing can change
-                horizon = L.next_arrival[0] if L.engines_apart[0] else (L.ht[0] if L.k[K_HEAP_N] else np.inf)
-                end = decode_run(c, costs, L, who, now, end, horizon)
+                end = decode_run(c, costs, L, who, now, end, horizon(c, L, who))
             if end >= 0.0:
                 push(L, end, STEP_END, who)
         elif kind == WAKE:
@@ -91,7 +91,7 @@ def run_events(c, costs, L, seats):
             turn(c, costs, L, who, now)
         elif kind == ARRIVAL:
             L.next_arrival[0] = np.inf
-            arrivals(c, L, now)
+            arrivals(c, L, now, True)
         elif kind == SEND:
             submit(c, L, who, now)
         elif kind == TIMER:

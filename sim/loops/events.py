@@ -20,6 +20,12 @@ from sim.core.state import (
     FRONT,
     G_OUT_N,
     HANDOFF,
+    P_REPLICA,
+    ROUND_ROBIN,
+    RT_COUNT,
+    RT_FIRST,
+    RT_KIND,
+    RT_TURN,
     S_NREMOTE,
     SEND_KV,
     T_WAKE_AT,
@@ -209,6 +215,26 @@ def plan(c, costs, L, e, now):
 
 
 @jit
+def horizon(c, L, e):
+    """The earliest time an event could change engine e: when engines meet only at arrivals, the
+    next arrival that can reach it (behind a round-robin router, the next one routed to its
+    replica; else any arrival); otherwise the next event of any kind."""
+    if not L.engines_apart[0]:
+        return L.ht[0] if L.k[K_HEAP_N] else np.inf
+    count = c.rt[FRONT, RT_COUNT]
+    if c.rt[FRONT, RT_KIND] != ROUND_ROBIN or count == 1:
+        return L.next_arrival[0]
+    offset = (c.ep[e, P_REPLICA] - c.rt[FRONT, RT_FIRST] - c.rt[FRONT, RT_TURN]) % count
+    if offset == 0:
+        return L.next_arrival[0]
+    rid = L.k[K_NEXT_RID] + offset
+    if rid >= c.req.arrival.shape[0]:
+        return np.inf
+    t = c.req.arrival[rid]  # planned; its event lands within an ulp of it: stop a little before
+    return t - abs(t) * 1e-15
+
+
+@jit
 def turn(c, costs, L, e, now):
     end = plan(c, costs, L, e, now)
     if end >= 0.0:
@@ -216,16 +242,18 @@ def turn(c, costs, L, e, now):
 
 
 @jit
-def arrivals(c, L, now):
-    """SimpyCluster.arrivals, from one wait to the next."""
+def arrivals(c, L, now, due):
+    """SimpyCluster.arrivals, from one wait to the next; ``due``: its wait has just ended (the
+    request it waited for arrives now, even if rounding left now an ulp short of its time)."""
     planned = c.req.arrival
     n = planned.shape[0]
     while L.k[K_NEXT_RID] < n:
         rid = L.k[K_NEXT_RID]
-        if planned[rid] > now:
+        if planned[rid] > now and not due:
             L.next_arrival[0] = now + (planned[rid] - now)
             push(L, L.next_arrival[0], ARRIVAL, -1)
             return
+        due = False
         submit(c, L, rid, now)
         L.k[K_NEXT_RID] += 1
 

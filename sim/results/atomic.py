@@ -101,6 +101,14 @@ class Staging:
         self.staged[name] = tmp
         return tmp
 
+    def drop(self, name: str) -> None:
+        """Forget the staged file or folder ``name`` (deleting it): it will not be put in place."""
+        tmp = self.staged.pop(name, None)
+        if tmp is not None and tmp.is_dir():
+            shutil.rmtree(tmp, ignore_errors=True)
+        elif tmp is not None:
+            tmp.unlink(missing_ok=True)
+
     def remove(self, name: str, folder: bool = False) -> None:
         """Remove ``name`` on commit: a file (with ``folder``, a folder) an earlier run left that
         this run does not write."""
@@ -126,6 +134,8 @@ class Staging:
                 else:
                     os.chmod(tmp, 0o666 & ~UMASK)
                     os.replace(tmp, dest)
+                    if tmp.exists() or tmp.is_symlink():  # two links to one file: rename does nothing
+                        tmp.unlink()
         except OSError as e:
             self.discard()
             raise OutputError(str(self.folder), self.field, f"could not put the results in place: "

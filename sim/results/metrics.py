@@ -27,6 +27,9 @@ def requests_frame(table: RequestTable, slo=None, workload=None) -> pd.DataFrame
         "request_id": np.arange(t.n),
         "class": np.asarray(t.class_names, dtype=object)[t.class_id],
         "replica": t.replica,
+        # the engine it queued at on arrival: a pipelined replica's virtual engine; with
+        # disaggregation, its prefill engine (``replica`` is then where it decoded)
+        "arrival_engine": np.where(t.source >= 0, t.source, t.engine),
         "arrival": t.arrival,
         "prompt_tokens": t.prompt_len,
         "output_tokens": t.num_generated,
@@ -104,6 +107,8 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame, *, num_gpus: int = 1,
     start = float(requests["arrival"].min()) if n else 0.0
     end = float(fin["completion"].max()) if len(fin) else start
     duration = max(end - start, 1e-12)
+    arrivals = requests["arrival"].to_numpy()
+    span = float(arrivals.max() - arrivals.min()) if n > 1 else 0.0
     met = int(requests["slo_met"].sum())
     out_tokens = int(fin["output_tokens"].sum())
     summary = {
@@ -111,7 +116,10 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame, *, num_gpus: int = 1,
         "finished": len(fin),
         "rejected": int((requests["status"] == "rejected").sum()),
         "unfinished": int((requests["status"] == "unfinished").sum()),
-        "duration_s": duration,
+        "duration_s": duration,  # first arrival to last completion: the drain after the arrivals counts
+        "arrival_span_s": span,  # first to last arrival
+        # the load offered: arrivals per second while they came (n - 1 gaps over the span)
+        "offered_rate": (n - 1) / span if span > 0 else float("nan"),
         "request_throughput": len(fin) / duration,
         "output_token_throughput": out_tokens / duration,
         "total_token_throughput": (out_tokens + int(fin["prompt_tokens"].sum())) / duration,
@@ -123,6 +131,8 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame, *, num_gpus: int = 1,
         "prefix_hit_rate": float(requests["cached_tokens"].sum()
                                  / max(requests.loc[requests["status"] != "rejected", "prompt_tokens"].sum(), 1)),
         "steps": len(steps),
+        "mean_prompt_tokens": float(requests["prompt_tokens"].mean()) if n else float("nan"),
+        "mean_output_tokens": float(fin["output_tokens"].mean()) if len(fin) else float("nan"),
     }
     for col in ("ttft", "tpot", "e2e", "queueing_delay"):
         for k, v in _stats(fin[col]).items():

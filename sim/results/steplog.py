@@ -20,39 +20,32 @@ COLUMNS = {
     "kv_blocks_cached": np.int32,  # cached prefixes nobody uses (reclaimable)
     "queue_len": np.int32,
 }
+FLOAT_COLUMNS = ("start", "duration")
 
 
 class StepLog:
-    """Takes the core's log chunks as they fill (copying them out) and makes one frame."""
+    """Takes the core's log chunks as they fill (copying each column out) and makes one frame."""
 
     def __init__(self) -> None:
-        self.ints: list[np.ndarray] = []
-        self.floats: list[np.ndarray] = []
+        self.chunks: dict[str, list[np.ndarray]] = {name: [] for name in COLUMNS}
 
     def take(self, core: Core) -> None:
         n = int(core.g[G_LOG_N])
         if n:
-            self.ints.append(core.log_i[:n].copy())
-            self.floats.append(core.log_f[:n].copy())
+            for i, name in enumerate(FLOAT_COLUMNS):
+                self.chunks[name].append(core.log_f[i, :n].copy())
+            for i, name in enumerate(LOG_INT_COLUMNS):
+                self.chunks[name].append(core.log_i[i, :n].copy())
         core.g[G_LOG_N] = 0
 
-    @property
-    def rows(self) -> int:
-        return sum(len(a) for a in self.ints)
-
     def frame(self, core: Core) -> pd.DataFrame:
-        """Every step, ordered by start time then replica; hands its memory over."""
+        """Every step, ordered by start time then engine; hands its memory over."""
         self.take(core)
-        ints = np.concatenate(self.ints) if self.ints else np.zeros((0, len(LOG_INT_COLUMNS)), dtype=np.int32)
-        floats = np.concatenate(self.floats) if self.floats else np.zeros((0, 2))
-        self.ints, self.floats = [], []
         cols = {}
-        for name, dtype in COLUMNS.items():
-            if name in ("start", "duration"):
-                cols[name] = np.ascontiguousarray(floats[:, 0 if name == "start" else 1])
-            else:
-                cols[name] = np.ascontiguousarray(ints[:, LOG_INT_COLUMNS.index(name)]).astype(dtype, copy=False)
-        del ints, floats
+        for name, dtype in COLUMNS.items():  # one column at a time, dropping its chunks as we go
+            parts = self.chunks[name]
+            cols[name] = np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+            parts.clear()
         return ordered_frame(cols)
 
 

@@ -1,6 +1,6 @@
-"""Writing a run's results: requests and steps tables, summary.json, report.html.
+"""Writing a run's results: requests and steps tables, summary.json, report.html (and plotly.min.js).
 
-All four are written under temporary names and renamed into place together (``atomic``), so a
+All of them are written under temporary names and renamed into place together (``atomic``), so a
 folder holds one run's files only; tables of the other format left by an earlier run go.
 """
 
@@ -10,6 +10,7 @@ import json
 import math
 from pathlib import Path
 
+from sim.results import plotlyjs
 from sim.results.atomic import Staging, check_out_dir
 from sim.results.report import write_report
 
@@ -19,7 +20,7 @@ TABLES = ("requests", "steps")
 
 def result_names(fmt: str) -> list[str]:
     """The files a run writes in ``fmt``."""
-    return [f"{t}.{fmt}" for t in TABLES] + ["summary.json", "report.html"]
+    return [f"{t}.{fmt}" for t in TABLES] + ["summary.json", "report.html", plotlyjs.FILE]
 
 
 def check_results_dir(out: str | Path, fmt: str = "parquet", field: str = "--out") -> Path:
@@ -73,9 +74,11 @@ def summary_document(result, workload=None) -> dict:
     return doc
 
 
-def write_results(result, out_dir: str | Path, fmt: str = "parquet", workload=None) -> dict[str, Path]:
+def write_results(result, out_dir: str | Path, fmt: str = "parquet", workload=None,
+                  plotly: str = "file") -> dict[str, Path]:
     """Write everything a run produced into ``out_dir``; returns the paths written.
-    ``workload`` (when given) records which trace files fed the run."""
+    ``workload`` (when given) records which trace files fed the run; ``plotly``: how the report
+    gets plotly.js (``sim.results.plotlyjs``)."""
     paths: dict[str, Path] = {}
     with Staging(out_dir) as st:
         for name, frame in zip(TABLES, (result.requests, result.steps), strict=True):
@@ -90,6 +93,9 @@ def write_results(result, out_dir: str | Path, fmt: str = "parquet", workload=No
             paths[name] = st.final(f"{name}.{fmt}")
         st.file("summary.json").write_text(json.dumps(summary_document(result, workload), indent=2))
         paths["summary"] = st.final("summary.json")
-        write_report(result, st.file("report.html"))
+        write_report(result, st.file("report.html"), plotly)
         paths["report"] = st.final("report.html")
+        plotlyjs.stage(st, plotly)
+        if plotly == "file":
+            paths["plotly"] = st.final(plotlyjs.FILE)
     return paths

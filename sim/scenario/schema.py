@@ -249,6 +249,12 @@ class Scenario(Strict):
             raise ValueError("give replica_groups or disaggregation, not both")
         if self.replica_groups is not None and sum(g.count for g in self.replica_groups) > MAX_REPLICAS:
             raise ValueError(f"replica_groups hold more than {MAX_REPLICAS:,} replicas in all")
+        if self.disaggregation is not None:
+            for role in ("prefill", "decode"):
+                sch = getattr(self.disaggregation, role).scheduler or self.scheduler
+                if sch.policy == "static":
+                    raise ValueError(f"disaggregated pools need continuous or chunked-prefill scheduling: a static "
+                                     f"batch cannot take in requests handed over mid-way (the {role} pool's is static)")
         return self
 
     # Set by the loader, never by the file: ``base_dir`` is where relative paths in the

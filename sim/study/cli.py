@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from sim.cli.console import positive_int
 from sim.inputs import parse_value
+from sim.results import plotlyjs
 from sim.study.schema import StudyError
 
 
@@ -33,12 +35,23 @@ def _runner_args(p: argparse.ArgumentParser) -> None:
                    help="Ray cluster to join, e.g. ray://head:10001 or auto (default: start a "
                         "local Ray instance); only with --runner ray")
     p.add_argument("--png", action="store_true",
-                   help="also write every figure as PNG under figures/ (kaleido + Chromium)")
+                   help="also write every figure as PNG under figures/ (needs kaleido and Chrome or Chromium; "
+                        "without them the command stops before running anything)")
+    p.add_argument("--plotlyjs", choices=plotlyjs.MODES, default="file", help=plotlyjs.HELP)
+    p.add_argument("--format", choices=["table", "csv", "json"], default="table",
+                   help="what goes to stdout: table (readable; plain rows when piped), csv or json (the "
+                        "results as data, raw units: seconds, req/s; messages go to stderr)")
 
 
-def _check_runner_args(args) -> None:
+def _check_runner_args(args, png: bool = False) -> None:
     if args.address is not None and args.runner != "ray":
         raise StudyError("--address", None, "applies only to --runner ray")
+    if png:
+        from sim.study.report import png_problem
+
+        problem = png_problem()
+        if problem:
+            raise StudyError("--png", None, problem)
 
 
 def register(sub) -> None:
@@ -76,7 +89,7 @@ def _progress_bar(console):
 
 
 def cmd_study(args) -> int:
-    from sim.cli.console import console, err_console
+    from sim.cli.console import console, err_console, print_rows
     from sim.results.atomic import check_out_dir
     from sim.study.driver import execute_plan
     from sim.study.plan import plan_study
@@ -85,17 +98,18 @@ def cmd_study(args) -> int:
     from sim.study.schema import load_study
     from sim.study.store import RunStore
 
-    _check_runner_args(args)
     study = load_study(args.study)
+    _check_runner_args(args, args.png or study.report.png)
     plan = plan_study(study, args.study, _parse_sets(args.set))
     if args.dry_run:
-        t = Table("#", "configuration", "GPUs", "USD/h", "note", title=f"{plan.name}: "
+        t = Table("#", "configuration", "GPUs", "$/h", "note", title=f"{plan.name}: "
                   f"{len(plan.configs)} configurations, objective {study.objective.kind}")
-        for c in plan.configs:
-            t.add_row(str(c.index), c.label, str(c.num_gpus), f"{c.cost_per_hour:.2f}",
-                      f"skipped: {c.skipped}" if c.skipped else "")
-        console.print(t)
+        rows = [[str(c.index), c.label, str(c.num_gpus), f"{c.cost_per_hour:.2f}",
+                 f"skipped: {c.skipped}" if c.skipped else ""] for c in plan.configs]
+        print_rows(t, rows, args.format)
         return 0
+    data = args.format != "table"
+    say = err_console if data else console  # with csv/json, stdout holds the data only
     out = check_out_dir(args.out or Path("results") / plan.name, "--out", STUDY_FILES)
     # Everything is checked (the runner too) before the stored runs are read or, with
     # --fresh, dropped.
@@ -113,13 +127,16 @@ def cmd_study(args) -> int:
                        extra=f"{p.reused} reused, {p.failed} failed")
 
         run = execute_plan(plan, store, ex, show)
-    paths = write_outputs(run, out, png=args.png)
-    print_answer(run, console)
+    paths = write_outputs(run, out, png=args.png, plotly=args.plotlyjs)
+    if data:
+        print_study_data(run, args.format)
+    else:
+        print_answer(run, console)
     for w in run.warnings:
-        console.print(f"[yellow]warning:[/] {w}")
-    console.print(f"{run.progress.done} runs ({run.progress.reused} reused, "
-                  f"{run.progress.failed} failed) in {run.wall_s:.1f} s; results in "
-                  f"{out.resolve()} ({', '.join(paths)})")
+        say.print(f"[yellow]warning:[/] {escape(w)}")
+    say.print(f"{run.progress.done} runs ({run.progress.reused} reused, "
+              f"{run.progress.failed} failed) in {run.wall_s:.1f} s; results in "
+              f"{out.resolve()} ({', '.join(paths)})", highlight=False)
     if run.interrupted:
         err_console.print("interrupted: finished runs are saved; run the same command again "
                           "to resume")
@@ -127,31 +144,57 @@ def cmd_study(args) -> int:
     return 0
 
 
-TERMINAL_SKIP = ("max_rate_per_dollar", "tpot_p99", "e2e_p99", "gpus")
+TERMINAL_SKIP = ("max_rate_per_dollar", "e2e_p99", "gpus")
 
 
 def print_answer(run, console, limit: int = 20) -> None:
-    """The configurations, best first, then the answer and its numbers."""
-    from sim.study.report import _fmt, answer_columns, answer_lines, headers
+    """The configurations, best first (★ the answer), then the answer and its numbers: a rich
+    table on a terminal, plain rows when piped."""
+    from sim.cli.console import print_block, print_rows
+    from sim.results.summary_view import Block
+    from sim.study.columns import cell, heading
+    from sim.study.report import answer_columns, answer_lines, headers
 
     out = run.outcome
-    cols = [c for c in answer_columns(run) if c in out.configs and c not in TERMINAL_SKIP]
     names = headers(run)
-    t = Table(*(names.get(c, c) for c in cols), title=f"{run.plan.name}: {out.note}")
+    cols = [c for c in answer_columns(run) if c in out.configs and c not in TERMINAL_SKIP]
     best = out.best["config"] if out.best else None
+    rows = []
     for _, row in out.configs.head(limit).iterrows():
-        style = "bold green" if row["config"] == best else None
-        t.add_row(*(_fmt(row[c]) for c in cols), style=style)
-    console.print(t)
+        cells = [cell(c, row[c]) for c in cols]
+        cells[0] = ("★ " if row["config"] == best else "  ") + cells[0]
+        rows.append(cells)
+    print_rows(Table(*(heading(c, names) for c in cols), title=f"{run.plan.name}: {out.note}"), rows)
     if len(out.configs) > limit:
         console.print(f"… {len(out.configs) - limit} more configurations in configs.csv")
     if best is None:
         console.print("[red]no configuration qualifies[/]")
         return
-    ans = Table(show_header=False, title=f"answer: {best}", title_style="bold green")
-    for name, value in answer_lines(run):
-        ans.add_row(name, value)
-    console.print(ans)
+    print_block(Block(f"answer: {best}", [[k, v] for k, v in answer_lines(run)]))
+
+
+def _records(df) -> list[dict]:
+    import json
+
+    return json.loads(df.to_json(orient="records"))
+
+
+def print_study_data(run, fmt: str) -> None:
+    """The configurations as CSV (answer_columns, raw units), or the answer and every
+    configuration as JSON."""
+    import json
+    import sys
+
+    from sim.study.report import answer_columns
+
+    out = run.outcome
+    cols = ["config", *[c for c in answer_columns(run) if c in out.configs and c != "config"]]
+    if fmt == "csv":
+        out.configs[cols].to_csv(sys.stdout, index=False)
+        return
+    best = _records(out.configs[out.configs["config"] == out.best["config"]])[0] if out.best else None
+    print(json.dumps({"study": run.plan.name, "objective": run.plan.study.objective.kind, "note": out.note,
+                      "best": best, "configs": _records(out.configs[cols])}, indent=2))
 
 
 def cmd_compare(args) -> int:
@@ -159,30 +202,23 @@ def cmd_compare(args) -> int:
 
     from sim.cli.console import console, err_console
     from sim.results.atomic import check_out_dir
-    from sim.study.compare import COMPARE_FILES, load_entries, run_entries, summary_frame, write_compare
-    from sim.study.report import _fmt
+    from sim.study.compare import COMPARE_FILES, load_entries, print_compare, run_entries, write_compare
     from sim.study.runners import make_runner
 
-    _check_runner_args(args)
+    _check_runner_args(args, args.png)
     entries = load_entries(args.scenarios, _parse_sets(args.set), not args.own_traffic)
     out = check_out_dir(args.out, "--out", COMPARE_FILES)
     jobs = args.jobs or min(len(entries), os.cpu_count() or 1)
     with make_runner(args.runner, jobs, args.address) as ex, \
             err_console.status(f"running {len(entries)} scenarios"):
         run_entries(entries, ex)
-    paths, warnings = write_compare(entries, out, args.png)
-    frame = summary_frame(entries)
-    t = Table("", *frame["scenario"], title="compare")
-    from sim.study.compare import TABLE_METRICS
-
-    for m in ["status", *TABLE_METRICS]:
-        if m in frame:
-            t.add_row(m, *(_fmt(v) for v in frame[m]))
-    console.print(t)
+    paths, warnings = write_compare(entries, out, args.png, args.plotlyjs)
+    print_compare(entries, args.format)
+    say = err_console if args.format != "table" else console
     for e in entries:
         if e.record.get("status") != "ok":
-            console.print(f"[red]{e.name} failed:[/] {e.record.get('error')}")
+            say.print(f"[red]{escape(e.name)} failed:[/] {escape(str(e.record.get('error')))}")
     for w in warnings:
-        console.print(f"[yellow]warning:[/] {w}")
-    console.print(f"results in {out.resolve()} ({', '.join(paths)})")
+        say.print(f"[yellow]warning:[/] {escape(w)}")
+    say.print(f"results in {out.resolve()} ({', '.join(paths)})", highlight=False)
     return 0 if all(e.record.get("status") == "ok" for e in entries) else 1

@@ -11,24 +11,23 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from sim.results import plotlyjs
 from sim.results.atomic import Staging
+from sim.results.plotstyle import base_layout, color_map, log_axis, wide
 from sim.results.report import figure_html, latency_cdfs, page
 from sim.scenario.schema import Scenario, scenario_from_dict
+from sim.study.columns import cell, heading
+from sim.study.figures import better
 from sim.study.overrides import apply
 from sim.study.plan import RunSpec, read_scenario_mapping, run_key
 from sim.study.runners import Runner
 from sim.study.schema import StudyError
 
-BAR_METRICS = [("ttft_p50", "TTFT p50 (s)"), ("ttft_p99", "TTFT p99 (s)"),
-               ("tpot_p50", "TPOT p50 (s)"), ("tpot_p99", "TPOT p99 (s)"),
-               ("e2e_p50", "E2E p50 (s)"), ("e2e_p99", "E2E p99 (s)"),
-               ("request_throughput", "throughput (req/s)"),
-               ("goodput_per_gpu", "goodput per GPU (req/s)"),
-               ("slo_attainment", "SLO attainment")]
-TABLE_METRICS = ["num_gpus", "requests", "finished", "rejected", "request_throughput",
-                 "goodput", "goodput_per_gpu", "slo_attainment", "ttft_p50", "ttft_p99",
-                 "tpot_p50", "tpot_p99", "e2e_p50", "e2e_p99", "preemptions",
-                 "mean_batch_size"]
+BAR_METRICS = ["slo_attainment", "goodput_per_gpu", "request_throughput", "ttft_p99", "tpot_p99", "e2e_p99"]
+TABLE_METRICS = ["num_gpus", "offered_rate", "requests", "finished", "rejected", "request_throughput",
+                 "goodput", "goodput_per_gpu", "slo_attainment", "ttft_p50", "ttft_p99", "tpot_p50",
+                 "tpot_p99", "itl_p50", "itl_p99", "e2e_p50", "e2e_p99", "preemptions", "mean_batch_size",
+                 "mean_kv_utilization"]
 
 
 @dataclass
@@ -101,65 +100,145 @@ def summary_frame(entries: list[Entry]) -> pd.DataFrame:
         s = e.record.get("summary") or {}
         rows.append({"scenario": e.name, "file": str(e.path), "status": e.record.get("status"),
                      "error": e.record.get("error"), "policy": e.scenario.scheduler.policy,
-                     "gpu": e.scenario.gpu_spec.name, "tp": hw.tp, "replicas": e.scenario.replicas,
-                     "num_gpus": e.scenario.replicas * hw.tp * hw.pp, **s})
+                     "gpu": e.scenario.gpu_spec.name, "tp": hw.tp, "replicas": len(e.scenario.replica_specs),
+                     "num_gpus": e.scenario.num_gpus, **s})
     return pd.DataFrame(rows)
 
 
-def summary_bars(frame: pd.DataFrame) -> go.Figure:
+def summary_bars(frame: pd.DataFrame, colors: dict[str, str] | None = None) -> go.Figure:
+    """The key numbers side by side, one colour per scenario (as in the CDFs)."""
     ok = frame[frame["status"] == "ok"]
-    metrics = [(m, t) for m, t in BAR_METRICS if m in ok and ok[m].notna().any()]
+    colors = colors or color_map(ok["scenario"])
+    metrics = [m for m in BAR_METRICS if m in ok and ok[m].notna().any()]
     cols = 3
     rows = max(1, -(-len(metrics) // cols))
-    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[t for _, t in metrics],
-                        vertical_spacing=0.12)
-    palette = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2"]
-    colors = [palette[i % len(palette)] for i in range(len(ok))]
-    for i, (m, _) in enumerate(metrics):
-        fig.add_trace(go.Bar(x=ok["scenario"], y=ok[m], marker_color=colors, showlegend=False,
-                             text=[f"{v:.3g}" for v in ok[m]], textposition="auto",
-                             hovertemplate="%{x}: %{y:.4g}<extra></extra>"),
+    fig = make_subplots(rows=rows, cols=cols, vertical_spacing=0.16, horizontal_spacing=0.07,
+                        subplot_titles=[f"{heading(m)}, {better(m)}" for m in metrics])
+    for i, m in enumerate(metrics):
+        scale = 1e3 if heading(m).endswith("(ms)") else 1
+        fig.add_trace(go.Bar(x=[n.replace(" ", "<br>", 1) if len(n) > 18 else n for n in ok["scenario"]],
+                             y=ok[m].astype(float) * scale, showlegend=False,
+                             marker_color=[colors.get(n) for n in ok["scenario"]],
+                             text=[cell(m, v) for v in ok[m]], textposition="auto",
+                             hovertemplate="%{x}: %{text}<extra></extra>"),
                       row=i // cols + 1, col=i % cols + 1)
-    fig.update_layout(height=300 * rows, margin={"t": 40, "b": 30})
+    fig.update_yaxes(rangemode="tozero")
+    for i, m in enumerate(metrics):
+        where = {"row": i // cols + 1, "col": i % cols + 1}
+        if m == "slo_attainment":
+            fig.update_yaxes(tickformat=".0%", range=[0, 1.05], **where)
+        elif heading(m).endswith("(ms)") and wide(ok[m].astype(float) * 1e3):
+            fig.update_yaxes(**log_axis(ok[m].astype(float) * 1e3, "ms", 5), **where)
+    base_layout(fig, 300 * rows)
+    fig.update_annotations(font_size=13)
     return fig
 
 
-COMPARE_FILES = ("summary.csv", "report.html")
+def setup_table(entries: list[Entry]) -> str:
+    """What was simulated, scenario by scenario: rows that differ first and bold."""
+    from sim.results.describe import setup_rows
+
+    ok = [e for e in entries if e.record.get("status") == "ok"]
+    cols = [dict(setup_rows(e.scenario, e.record.get("summary") or {})) for e in ok]
+    keys = list(dict.fromkeys(k for c in cols for k in c))
+    differ = [k for k in keys if len({c.get(k, "–") for c in cols}) > 1]
+    same = [k for k in keys if k not in differ]
+    esc = html.escape
+    head = "<tr><th></th>" + "".join(f"<th style='text-align:left'>{esc(e.name)}</th>" for e in ok) + "</tr>"
+    body = ""
+    for k in differ + same:
+        style = " style='font-weight:600'" if k in differ else " style='color:#555'"
+        body += f"<tr{style}><td style='text-align:left'>{esc(k)}</td>" + "".join(
+            f"<td style='text-align:left'>{esc(c.get(k, '–'))}</td>" for c in cols) + "</tr>"
+    return f"<table class='grid'>{head}{body}</table>"
 
 
-def write_compare(entries: list[Entry], out_dir: Path, png: bool) -> tuple[dict, list[str]]:
+def metric_rows(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """Metric rows × scenario columns, formatted (what the terminal and the report show)."""
+    names = list(frame["scenario"])
+    rows = [["status", *(str(v) for v in frame["status"])]]
+    one_gpu = "num_gpus" in frame and (frame["num_gpus"] == 1).all()
+    for m in TABLE_METRICS:
+        if m == "goodput_per_gpu" and one_gpu:
+            continue
+        if m in frame and frame[m].notna().any():
+            rows.append([heading(m), *(cell(m, v) for v in frame[m])])
+    return ["", *names], rows
+
+
+def metrics_html(frame: pd.DataFrame) -> str:
+    head, rows = metric_rows(frame)
+    esc = html.escape
+    th = "".join(f"<th>{esc(h)}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<table class='grid'><tr>{th}</tr>{body}</table>"
+
+
+def print_compare(entries: list[Entry], fmt: str) -> None:
+    """The comparison to stdout: metric rows × scenarios (table), or the summary as CSV/JSON."""
+    import json
+    import sys
+
+    from rich.table import Table
+
+    from sim.cli.console import print_rows
+
+    frame = summary_frame(entries)
+    keep = [c for c in frame.columns if c not in ("classes",)]
+    if fmt == "csv":
+        frame[keep].to_csv(sys.stdout, index=False)
+    elif fmt == "json":
+        print(json.dumps(json.loads(frame[keep].to_json(orient="records")), indent=2))
+    else:
+        head, rows = metric_rows(frame)
+        print_rows(Table(*head, title="compare"), rows)
+
+
+COMPARE_FILES = ("summary.csv", "report.html", plotlyjs.FILE)
+
+
+def write_compare(entries: list[Entry], out_dir: Path, png: bool, plotly: str = "file") -> tuple[dict, list[str]]:
     """Write the comparison (renamed into place together; an earlier comparison's per-scenario
     tables and figures go)."""
+    from sim.results.report import itl_cdf, slo_limits
+
     frame = summary_frame(entries)
     ok = {e.name: e.record["requests"] for e in entries if e.record.get("status") == "ok"}
-    figs = {"latency_cdfs": ("Latency CDFs", latency_cdfs(ok)),
-            "summary_bars": ("Summary", summary_bars(frame))} if ok else {}
-    same = entries[0].scenario.workload
-    parts = [f"<p>{len(entries)} scenarios on the same traffic: {len(next(iter(ok.values())))} "
-             f"requests (seed {entries[0].scenario.seed}).</p>" if ok and all(
-                 e.scenario.workload == same for e in entries) else ""]
+    colors = color_map(e.name for e in entries)
+    first = entries[0].scenario
+    same = all(e.scenario.workload == first.workload and e.scenario.slo == first.slo for e in entries)
+    itl = {e.name: itl_cdf(e.record["itl"]) for e in entries if e.record.get("itl") is not None and e.name in ok}
+    limits = {n: slo_limits(e.scenario, ["-"])["-"] for e in entries for n in [e.name] if n in ok}
+    figs = {"latency_cdfs": ("Latency distributions (dotted: SLO limits)",
+                             latency_cdfs(ok, colors, limits, itl or None)),
+            "summary_bars": ("Side by side", summary_bars(frame, colors))} if ok else {}
     from sim.study.report import STYLE, table_html, write_pngs
 
-    parts.insert(0, STYLE)
-    parts.append(table_html(frame, ["scenario", "policy", "gpu", "tp", "replicas",
-                                    *TABLE_METRICS]))
-    for i, (heading, fig) in enumerate(figs.values()):
-        parts.append(f"<h2>{html.escape(heading)}</h2>" + figure_html(fig, i == 0))
+    traffic = (f"Every scenario served the same {len(next(iter(ok.values()))):,} requests (seed {first.seed}) "
+               "and was held to the same SLO." if ok and same else "Each scenario ran its own traffic and SLO.")
+    parts = [STYLE, f"<p>{html.escape(traffic)}</p>", "<h2>Results</h2>", metrics_html(frame),
+             "<h2>What was simulated</h2><p class='note'>Rows that differ are bold.</p>", setup_table(entries)]
+    for heading_text, fig in figs.values():
+        parts.append(f"<h2>{html.escape(heading_text)}</h2>" + figure_html(fig))
     failed = frame[frame["status"] != "ok"]
     if len(failed):
         parts.append("<h2>Failed runs</h2>" + table_html(failed, ["scenario", "error"]))
-    title = "servesim compare — " + " vs ".join(e.name for e in entries)
+    title = "compare: " + " vs ".join(e.name for e in entries)
     warnings = []
     with Staging(out_dir) as st:
-        frame.to_csv(st.file("summary.csv"), index=False)
+        frame.drop(columns=["classes"], errors="ignore").to_csv(st.file("summary.csv"), index=False)
         for name, df in ok.items():
             safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
             df.to_parquet(st.file(f"requests-{safe}.parquet"), index=False)
         for old in out_dir.glob("requests-*.parquet"):
             st.remove(old.name)
-        st.file("report.html").write_text(page(title, parts))
+        st.file("report.html").write_text(page(title, parts, plotly), encoding="utf-8")
+        plotlyjs.stage(st, plotly)
         if png:
             warnings = write_pngs(figs, st.folder_for("figures"))
+            if warnings:
+                st.drop("figures")
+                st.remove("figures", folder=True)
         else:
             st.remove("figures", folder=True)
         paths = st.commit()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 import math
@@ -10,43 +11,48 @@ from pathlib import Path
 import pandas as pd
 import plotly.graph_objects as go
 
+from sim.results import plotlyjs
 from sim.results.atomic import Staging
+from sim.results.fmt import numeric
+from sim.results.plotstyle import color_map
 from sim.results.report import figure_html, page
 from sim.study import figures
+from sim.study.columns import cell, heading
 from sim.study.driver import StudyRun
 from sim.study.objectives import default_pareto
 from sim.study.overrides import short_names
 from sim.study.schema import Cheapest, MaxRate
 
-STYLE = ("<style>table.data{border-collapse:collapse;font-size:13px;margin:0.5em 0}"
-         "table.data th,table.data td{border-bottom:1px solid #ddd;padding:3px 10px;"
-         "text-align:right}table.data th{background:#f4f4f4}table.data td:first-child,"
-         "table.data th:first-child{text-align:left}.answer{background:#eef6ee;padding:0.8em "
-         "1.2em;border-left:4px solid #2ca02c}.answer.none{background:#fbeeee;border-color:"
-         "#d62728}.meta{color:#555}</style>")
+STYLE = ("<style>.answer{background:#eef6ee;padding:0.8em 1.2em;border-left:4px solid #009E73;margin:.5em 0}"
+         ".answer.none{background:#fbeeee;border-color:#D55E00} .meta{color:#555}"
+         "tr.best td{font-weight:600;background:#f3f8f3}</style>")
 
 
 def _fmt(v) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "–"
-    if isinstance(v, bool):
-        return "✓" if v else "✗"
-    if isinstance(v, float):
-        return f"{v:.4g}" if abs(v) < 1e5 else f"{v:,.0f}"
-    return str(v)
+    """A value of no particular column (see columns.cell for those)."""
+    return cell("", v)
 
 
 def table_html(df: pd.DataFrame, columns: list[str], limit: int = 200,
-               names: dict[str, str] | None = None) -> str:
+               names: dict[str, str] | None = None, best: str | None = None) -> str:
+    """The rows of ``df`` under readable headings with units; the ``best`` config's row bold
+    with ★."""
     cols = [c for c in columns if c in df]
-    names = names or {}
-    head = "".join(f"<th title='{html.escape(c)}'>{html.escape(names.get(c, c))}</th>"
-                   for c in cols)
-    rows = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(r[c]))}</td>" for c in cols)
-                   + "</tr>" for _, r in df.head(limit).iterrows())
+    texts = [[cell(c, r[c]) for c in cols] for _, r in df.head(limit).iterrows()]
+    configs = list(df["config"].head(limit)) if "config" in df else [None] * len(texts)
+    right = [bool(texts) and all(numeric(t[i]) or t[i] in ("✓", "✗") for t in texts) for i in range(len(cols))]
+    align = ["right" if r else "left" for r in right]
+    head = "".join(f"<th title='{html.escape(c)}' style='text-align:{a}'>{html.escape(heading(c, names))}</th>"
+                   for c, a in zip(cols, align, strict=True))
+    rows = []
+    for t, config in zip(texts, configs, strict=True):
+        star = best is not None and config == best
+        tds = "".join(f"<td style='text-align:{a}'>{'★ ' if star and i == 0 else ''}{html.escape(v)}</td>"
+                      for i, (v, a) in enumerate(zip(t, align, strict=True)))
+        rows.append(f"<tr{' class=best' if star else ''}>{tds}</tr>")
     more = f"<p class='meta'>… {len(df) - limit} more rows in the table files</p>" \
         if len(df) > limit else ""
-    return f"<table class='data'><tr>{head}</tr>{rows}</table>{more}"
+    return f"<table class='grid'><tr>{head}</tr>{''.join(rows)}</table>{more}"
 
 
 def answer_columns(run: StudyRun) -> list[str]:
@@ -55,7 +61,9 @@ def answer_columns(run: StudyRun) -> list[str]:
     names = list(plan.swept) or ["config"]
     common = ["num_gpus", "cost_per_hour"]
     if isinstance(obj, MaxRate):
-        return [*names, "max_rate", "max_rate_per_gpu", "max_rate_per_dollar", *common,
+        configs = run.outcome.configs
+        per_gpu = ["max_rate_per_gpu"] if "num_gpus" in configs and configs["num_gpus"].nunique() > 1 else []
+        return [*names, "max_rate", *per_gpu, "max_rate_per_dollar", *common,
                 "slo_attainment", "ttft_p99", "tpot_p99", "outcome"]
     if isinstance(obj, Cheapest):
         return [*names, *common, "meets_slo", "slo_attainment", "goodput_per_gpu",
@@ -63,71 +71,97 @@ def answer_columns(run: StudyRun) -> list[str]:
     return [*names, obj.rank_by, "at_rate", "max_rate_meeting_slo", *common, "pareto_points"]
 
 
-HEADINGS = {
-    "max_rate": "max rate (req/s)", "max_rate_per_gpu": "per GPU", "max_rate_per_dollar":
-    "req per $", "num_gpus": "GPUs", "cost_per_hour": "$/h", "slo_attainment": "SLO met",
-    "meets_slo": "meets SLO", "goodput_per_gpu": "goodput/GPU", "max_rate_meeting_slo":
-    "max rate in SLO", "pareto_points": "on Pareto", "at_rate": "at rate",
-}
-
-
 def headers(run: StudyRun) -> dict[str, str]:
-    """Short column headings: the last part of a swept field's path, short metric names."""
-    return {**HEADINGS, **short_names([c for c in run.plan.swept if c != "case"])}
+    """Headings of the swept fields: the last part of each path (columns.heading does the rest)."""
+    return short_names([c for c in run.plan.swept if c != "case"])
 
 
 def answer_lines(run: StudyRun) -> list[tuple[str, str]]:
-    """(name, value) pairs describing the answer, for the terminal and the report."""
+    """(heading, value) pairs describing the answer, for the terminal and the report."""
     b = run.outcome.best
     if b is None:
         return []
-    lines = [(c, _fmt(b.get(c))) for c in run.plan.swept]
-    lines += [(c, _fmt(b.get(c))) for c in answer_columns(run)
+    names = headers(run)
+    lines = [(heading(c, names), cell(c, b.get(c))) for c in run.plan.swept]
+    lines += [(heading(c), cell(c, b.get(c))) for c in answer_columns(run)
               if c in b and c not in run.plan.swept and c != "config"]
     if b.get("outcome") == "above_bracket":
         lines.append(("note", "passes at the top of the bracket: raise objective.bracket"))
     return lines
 
 
+def config_colors(run: StudyRun) -> dict[str, str]:
+    """One colour per configuration, in the study's order, for every figure of the report."""
+    return color_map(c.label for c in run.plan.configs)
+
+
 def build_figures(run: StudyRun) -> dict[str, tuple[str, go.Figure]]:
-    """name -> (heading, figure); figures needing data the study lacks are left out."""
+    """name -> (heading, figure); figures needing data the study lacks, or that would say
+    nothing (one value on an axis, a per-GPU copy of a chart where every configuration has the
+    same GPUs), are left out."""
     plan, out = run.plan, run.outcome
     study, obj = plan.study, plan.study.objective
     figs: dict[str, tuple[str, go.Figure]] = {}
     runs, configs = out.runs, out.configs
+    colors = config_colors(run)
     best = out.best["config"] if out.best else None
     ok = runs[runs["status"] == "ok"] if len(runs) else runs
+    order = [str(c) for c in configs["config"]] if "config" in configs else None
     if len(ok) and ok.groupby("config_index").size().max() > 1:  # a curve needs 2 points
-        figs["latency_vs_load"] = ("Latency against load", figures.latency_vs_load(
-            runs, list(study.report.latency), obj.slo_target, dict(obj.limits)))
+        shown = min(len(order or []), figures.MAX_LINES)
+        more = f" (the {shown} best of {len(order)} configurations)" if order and len(order) > shown else ""
+        what = "every run, the search's probes included" if isinstance(obj, MaxRate) else "every run"
+        figs["latency_vs_load"] = (f"Latency and SLO attainment against load{more}: {what}",
+                                   figures.latency_vs_load(runs, list(study.report.latency), obj.slo_target,
+                                                           dict(obj.limits), colors, order))
+    gpus_differ = "num_gpus" in configs and figures.distinct(configs["num_gpus"]) > 1
     if isinstance(obj, MaxRate):
+        if configs[obj.rank_by].notna().any():
+            figs["max_rate"] = (f"{figures.nice(obj.rank_by)} — ★ the answer",
+                                figures.bars(configs, obj.rank_by, best, colors=colors))
         # Goodput per GPU in the sense of DistServe: the highest rate per GPU within the SLOs.
-        if "max_rate_per_gpu" in configs and configs["max_rate_per_gpu"].notna().any():
+        if obj.rank_by != "max_rate_per_gpu" and gpus_differ and configs["max_rate_per_gpu"].notna().any():
             figs["goodput_per_gpu"] = ("Goodput per GPU: max sustainable rate per GPU",
-                                       figures.bars(configs, "max_rate_per_gpu", best))
-        if obj.rank_by != "max_rate_per_gpu" and configs[obj.rank_by].notna().any():
-            figs["max_rate"] = (figures.nice(obj.rank_by),
-                                figures.bars(configs, obj.rank_by, best))
+                                       figures.bars(configs, "max_rate_per_gpu", best, colors=colors))
+    elif isinstance(obj, Cheapest):
+        if "cost_per_hour" in configs and configs["cost_per_hour"].notna().any():
+            figs["cost"] = ("Cost per hour — ★ the answer: the cheapest meeting the SLO; pale: fails it",
+                            figures.bars(configs, "cost_per_hour", best, configs.get("meets_slo"), colors))
     elif "goodput_per_gpu" in configs and configs["goodput_per_gpu"].notna().any():
-        figs["goodput_per_gpu"] = ("Goodput per GPU", figures.bars(
-            configs, "goodput_per_gpu", best, configs.get("meets_slo")))
+        figs["goodput_per_gpu"] = ("Goodput per GPU — ★ the answer: the best over the rates",
+                                   figures.bars(configs, "goodput_per_gpu", best, configs.get("meets_slo"), colors))
     x, y = default_pareto(plan)
     points, labels = (runs, ["config", "rate"]) if not isinstance(obj, (MaxRate, Cheapest)) \
         else (configs, ["config"])
     if isinstance(obj, Cheapest) and len(points) and "meets_slo" in points:
-        points = points[points["meets_slo"]]
-    if len(points) and x in points and y in points and \
-            (points[x].notna() & points[y].notna()).any():
-        figs["pareto"] = (f"Pareto front: {figures.nice(y)} vs {figures.nice(x)}",
-                          figures.pareto(points, x, y, labels))
-    axes = study.report.heatmap or (tuple(plan.swept[:2]) if len(plan.swept) >= 2 else None)
+        points = points[points["meets_slo"].fillna(False).astype(bool)]
+    if len(points) and x in points and y in points:
+        both = points[points[x].notna() & points[y].notna()]
+        if len(both) > 1 and figures.distinct(both[x]) > 1 and figures.distinct(both[y]) > 1:
+            figs["pareto"] = (f"Pareto front: {figures.nice(y)} against {figures.nice(x)}",
+                              figures.pareto(points, x, y, labels, colors))
+    axes = study.report.heatmap or heatmap_axes(plan.swept, configs)
     metric = out.headline
     if axes and len(configs) and all(a in configs for a in axes) and metric in configs and \
             configs[metric].notna().any():
         missing = "fails SLO" if isinstance(obj, Cheapest) else "–"
-        figs["heatmap"] = (f"{figures.nice(metric)} over {axes[0]} × {axes[1]}",
-                           figures.heatmap(configs, axes[0], axes[1], metric, missing))
+        names = headers(run)
+        figs["heatmap"] = (f"{figures.nice(metric)} over {names.get(axes[0], axes[0])} × "
+                           f"{names.get(axes[1], axes[1])}",
+                           figures.heatmap(configs, axes[0], axes[1], metric, missing, names))
     return figs
+
+
+def heatmap_axes(swept: list[str], configs: pd.DataFrame) -> tuple[str, str] | None:
+    """The first two swept fields that vary across each other (fields zipped together would
+    fill one cell per row: no heatmap), or None."""
+    fields = [f for f in swept if f in configs]
+    for i, fx in enumerate(fields):
+        for fy in fields[i + 1:]:
+            pairs = configs[[fx, fy]].astype(str).drop_duplicates()
+            if len(pairs) > max(pairs[fx].nunique(), pairs[fy].nunique()):
+                return fx, fy
+    return None
 
 
 def _answer_html(run: StudyRun) -> str:
@@ -136,30 +170,62 @@ def _answer_html(run: StudyRun) -> str:
         return ("<div class='answer none'><b>No configuration qualifies.</b> "
                 f"({html.escape(out.note)})</div>")
     b = out.best
-    nums = ", ".join(f"{c} = {v}" for c, v in answer_lines(run) if c not in run.plan.swept)
-    return (f"<div class='answer'><b>Best: {html.escape(str(b['config']))}</b><br>"
+    swept = set(headers(run).values()) | set(run.plan.swept)
+    nums = ", ".join(f"{c}: {v}" for c, v in answer_lines(run) if c not in swept)
+    return (f"<div class='answer'><b>★ {html.escape(str(b['config']))}</b><br>"
             f"{html.escape(nums)}<br><span class='meta'>{html.escape(out.note)}</span></div>")
 
 
-def write_report(run: StudyRun, path: Path, figs: dict[str, tuple[str, go.Figure]]) -> Path:
+def base_rows(run: StudyRun) -> list[tuple[str, str]]:
+    """What the study simulates, from its first configuration: model, traffic, SLO, what varies."""
+    from sim.results.describe import has_slo, model_text, slo_text, traffic_text
+    from sim.scenario.schema import scenario_from_dict
+
+    plan = run.plan
+    obj = plan.study.objective
+    path = Path(plan.scenario_path)
+    with contextlib.suppress(ValueError):  # elsewhere: the absolute path
+        path = path.resolve().relative_to(Path.cwd())
+    rows = [("base scenario", str(path))]
+    config = next((c for c in plan.configs if not c.skipped), None)
+    if config is not None:
+        try:
+            s = scenario_from_dict(config.data, plan.source, plan.base_dir)
+            rows += [("model", model_text(s)), ("traffic", traffic_text(s)),
+                     ("SLO", slo_text(s.slo) if has_slo(s) else "none set")]
+        except Exception:  # a description only: the runs say what went wrong
+            pass
+    limits = ", ".join(f"{heading(k)} ≤ {cell(k, v)}" for k, v in obj.limits.items())
+    rows.append(("meets the SLO when", f"≥ {obj.slo_target:.0%} of requests within it" + (f", and {limits}"
+                                                                                         if limits else "")))
+    short = headers(run)
+    rows.append(("varies", "; ".join(f if short.get(f, f) == f else f"{short[f]} ({f})" for f in plan.swept)
+                 or "nothing"))
+    return rows
+
+
+def write_report(run: StudyRun, path: Path, figs: dict[str, tuple[str, go.Figure]], plotly: str = "file") -> Path:
+    from sim.results.report import block_html
+    from sim.results.summary_view import Block
+
     plan, out, prog = run.plan, run.outcome, run.progress
     s = plan.study
-    meta = (f"<p class='meta'>Base scenario <code>{html.escape(str(plan.scenario_path))}</code>; "
-            f"objective <b>{s.objective.kind}</b>; {len(plan.configs)} configurations, "
-            f"{prog.done} runs ({prog.reused} reused from earlier, {prog.failed} failed) in "
-            f"{run.wall_s:.1f} s.</p>")
-    parts = [STYLE, meta]
+    meta = (f"objective {s.objective.kind}; {len(plan.configs)} configurations, "
+            f"{prog.done} runs ({prog.reused} reused from earlier, {prog.failed} failed) in {run.wall_s:.1f} s")
+    parts = [STYLE]
     if run.interrupted:
         parts.append("<p class='answer none'>Interrupted: these are partial results. Run the "
                      "same command again to resume.</p>")
     parts += ["<h2>Answer</h2>", _answer_html(run),
-              table_html(out.configs, answer_columns(run), names=headers(run))]
-    for i, (heading, fig) in enumerate(figs.values()):
-        parts.append(f"<h2>{html.escape(heading)}</h2>" + figure_html(fig, i == 0))
+              table_html(out.configs, answer_columns(run), names=headers(run),
+                         best=out.best["config"] if out.best else None)]
+    parts.append(block_html(Block("What the study simulates", [list(r) for r in base_rows(run)])))
+    for heading_text, fig in figs.values():
+        parts.append(f"<h2>{html.escape(heading_text)}</h2>" + figure_html(fig))
     failed = out.runs[out.runs["status"] != "ok"] if len(out.runs) else out.runs
     if len(failed):
         parts.append("<h2>Failed runs</h2>" + table_html(failed, ["config", "rate", "error"]))
-    path.write_text(page(f"servesim study — {plan.name}", parts))
+    path.write_text(page(f"study: {plan.name}", parts, plotly, meta), encoding="utf-8")
     return path
 
 
@@ -172,10 +238,10 @@ def _clean(v):
 
 
 STUDY_FILES = ("runs.csv", "runs.parquet", "configs.csv", "configs.parquet", "answer.json",
-               "report.html", "runs.jsonl")
+               "report.html", "runs.jsonl", plotlyjs.FILE)
 
 
-def write_outputs(run: StudyRun, out_dir: str | Path, png: bool = False) -> dict[str, Path]:
+def write_outputs(run: StudyRun, out_dir: str | Path, png: bool = False, plotly: str = "file") -> dict[str, Path]:
     """Write the tables, the answer and the report (all renamed into place together, so the
     folder never mixes two studies' outputs); returns what was written."""
     answer = {
@@ -193,9 +259,13 @@ def write_outputs(run: StudyRun, out_dir: str | Path, png: bool = False) -> dict
             df.to_csv(st.file(f"{name}.csv"), index=False)
             df.to_parquet(st.file(f"{name}.parquet"), index=False)
         st.file("answer.json").write_text(json.dumps(answer, indent=2, default=str))
-        write_report(run, st.file("report.html"), figs)
+        write_report(run, st.file("report.html"), figs, plotly)
+        plotlyjs.stage(st, plotly)
         if png or run.plan.study.report.png:
             run.warnings += write_pngs(figs, st.folder_for("figures"))
+            if run.warnings:  # no figures: no empty folder either
+                st.drop("figures")
+                st.remove("figures", folder=True)
         else:
             st.remove("figures", folder=True)  # an earlier run's figures would not match these results
         paths = st.commit()
@@ -203,13 +273,32 @@ def write_outputs(run: StudyRun, out_dir: str | Path, png: bool = False) -> dict
     return paths
 
 
-def write_pngs(figs: dict[str, tuple[str, go.Figure]], folder: Path) -> list[str]:
-    """Each figure as PNG (kaleido + a Chrome/Chromium); problems become warnings."""
-    folder.mkdir(parents=True, exist_ok=True)
+def png_problem() -> str | None:
+    """Why PNG figures cannot be written here (no kaleido, no Chrome/Chromium), or None."""
     try:
         import kaleido  # noqa: F401
     except ImportError:
-        return ["PNG figures need kaleido: pip install 'kaleido>=1' (and Chrome or Chromium)"]
+        return "PNG figures need kaleido: pip install 'kaleido>=1' (and Chrome or Chromium)"
+    try:
+        from choreographer.browsers.chromium import Chromium
+    except ImportError:  # another kaleido layout: let it try
+        return None
+    try:
+        found = Chromium.find_browser(skip_local=False)
+    except Exception:  # its own search failed: let kaleido try and report
+        return None
+    if not found:
+        return ("PNG figures need Chrome or Chromium, and kaleido found neither: install one, or run "
+                "python -c 'import kaleido; kaleido.get_chrome_sync()'")
+    return None
+
+
+def write_pngs(figs: dict[str, tuple[str, go.Figure]], folder: Path) -> list[str]:
+    """Each figure as PNG (kaleido + a Chrome/Chromium); problems become warnings."""
+    folder.mkdir(parents=True, exist_ok=True)
+    problem = png_problem()
+    if problem:
+        return [problem]
     import plotly.io as pio
 
     names = list(figs)
@@ -217,6 +306,6 @@ def write_pngs(figs: dict[str, tuple[str, go.Figure]], folder: Path) -> list[str
         pio.write_images([figs[n][1] for n in names], [folder / f"{n}.png" for n in names],
                          width=1200, height=[figs[n][1].layout.height or 450 for n in names],
                          scale=2)
-    except Exception as e:  # no browser, kaleido failure: the study's results still stand
+    except Exception as e:  # kaleido failure: the study's results still stand
         return [f"could not write PNG figures: {type(e).__name__}: {e}"]
     return []

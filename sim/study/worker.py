@@ -33,6 +33,7 @@ def execute_run(spec: RunSpec) -> dict:
     record = {"key": spec.key, "status": "ok", "error": None,
               "summary": {k: _clean(v) for k, v in result.summary.items()},
               "warnings": list(result.warnings), "wall_s": time.perf_counter() - wall}
-    if spec.keep_requests:
+    if spec.keep_requests:  # compare draws them, with the inter-token gaps' histogram
         record["requests"] = result.requests
+        record["itl"] = result.itl
     return record

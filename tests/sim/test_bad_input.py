@@ -33,6 +33,9 @@ def write(tmp_path, text, name="s.yaml"):
 
 CASES = [
     # (yaml text, expected fragments in the message)
+    ("scheduler: {policy: static}\ndisaggregation: {prefill: {count: 1}, decode: {count: 1}}\n",
+     ["static", "continuous or chunked-prefill"]),
+    ("workload: {arrival: {process: closed, concurrency: 0}}\n", ["workload.arrival.concurrency"]),
     ("model: llama-3-8b\nbogus: 1\n", ["bogus", "unknown field"]),
     ("model: llama-3-8b\nworkload: {arrival: {process: poisson, rate: -2}}\n",
      ["workload.arrival.rate", "greater than 0"]),

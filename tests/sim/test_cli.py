@@ -20,15 +20,17 @@ def test_readme_run_command_writes_the_result_files(tmp_path):
                        capture_output=True, text=True, env=env, timeout=300)
     assert p.returncode == 0, p.stderr
     out = tmp_path / "r"
-    for name in ("requests.parquet", "steps.parquet", "summary.json", "report.html"):
+    for name in ("requests.parquet", "steps.parquet", "summary.json", "report.html", "plotly.min.js"):
         assert (out / name).is_file(), name
     summary = json.loads((out / "summary.json").read_text())
     assert summary["summary"]["finished"] == 300
     req = pd.read_parquet(out / "requests.parquet")
     assert {"ttft", "tpot", "e2e", "queueing_delay", "preemptions", "slo_met"} <= set(req.columns)
     html = (out / "report.html").read_text()
-    assert "plotly" in html and "TTFT" in html
-    assert "ttft_p99" in p.stdout
+    assert "<script src='plotly.min.js'" in html and "TTFT" in html
+    lines = {line.split()[0]: line.split()[1:] for line in p.stdout.splitlines() if line.strip()}
+    assert len(lines["TTFT"]) == 4  # mean, p50, p90, p99 in ms
+    assert "SLO attainment" in p.stdout
 
 
 def test_csv_output_and_overrides(tmp_path, capsys):

@@ -220,6 +220,8 @@ def scenarios(draw, profiles):
                                "think_time_s": draw(st.sampled_from([0.0, 0.05]))} if arrival == "closed"
                               else {"process": arrival, "rate": rate, **({"cv": 2.5} if arrival == "gamma" else {})})
     layout = draw(st.sampled_from(["replicas", "groups", "disaggregated", "pipeline"]))
+    if layout == "disaggregated" and not paged:
+        layout = "replicas"
     if layout == "replicas":
         f["replicas"] = draw(st.integers(1, 3))
     elif layout == "groups":

@@ -83,7 +83,7 @@ def test_a_failed_write_leaves_the_previous_results_whole(tmp_path, capsys, scen
     before = snapshot(out)
     import sim.results.write
 
-    def broken_report(result, path):
+    def broken_report(result, path, plotly="file"):
         path.write_text("half a report")
         raise OSError(28, "No space left on device")
 
@@ -114,9 +114,13 @@ def test_a_folder_in_the_way_at_commit_time_replaces_nothing(tmp_path, scenario)
 def test_a_run_in_another_format_replaces_the_earlier_tables(tmp_path, capsys, scenario):
     out = tmp_path / "out"
     assert run(capsys, "run", scenario, "--out", out)[0] == 0
-    assert run(capsys, "run", scenario, "--out", out, "--format", "csv", "--set", "seed=3")[0] == 0
+    assert sorted(p.name for p in out.iterdir()) == ["plotly.min.js", "report.html", "requests.parquet",
+                                                      "steps.parquet", "summary.json"]
+    assert run(capsys, "run", scenario, "--out", out, "--format", "csv", "--set", "seed=3",
+               "--plotlyjs", "cdn")[0] == 0
     assert sorted(p.name for p in out.iterdir()) == ["report.html", "requests.csv", "steps.csv",
                                                       "summary.json"]
+    assert "cdn.plot.ly" in (out / "report.html").read_text()
     assert json.loads((out / "summary.json").read_text())["config"]["seed"] == 3
     assert oct((out / "summary.json").stat().st_mode & 0o777) != oct(0o600)  # not a private temp
 

@@ -1,15 +1,31 @@
-"""A run's report.html opens in a real headless browser and draws every plot without errors."""
+"""A run's report.html opens in a real headless browser, loads plotly.min.js from its folder and
+draws every plot without errors: one replica, and six (the selector) with two traffic classes."""
 
 from __future__ import annotations
 
+import pytest
+
 from sim.cli.app import main
 from tests.browser import console_errors, render
+from tests.conftest import REPO
 
 
-def test_run_report_renders_its_plots(chromium, tmp_path):
+@pytest.mark.parametrize("args", [
+    ["--set", "workload.num_requests=200", "--set", "replicas=2"],
+    [str(REPO / "scenarios" / "multi-class.yaml"), "--set", "workload.duration_s=20", "--set", "replicas=6"],
+], ids=["two-replicas", "six-replicas-two-classes"])
+def test_run_report_renders_its_plots(chromium, tmp_path, args):
     out = tmp_path / "run"
-    assert main(["run", "--out", str(out), "--set", "workload.num_requests=200", "--set", "replicas=2"]) == 0
+    assert main(["run", "--out", str(out), *args]) == 0
     found, log = render(chromium, out / "report.html", tmp_path)
     assert found["plots"] == 2 and found["drawn"] == 2  # latency CDFs, state over time
-    assert all(n > 0 for n in found["traces"])
+    assert all(n > 0 for n in found["traces"]) and all(n > 0 for n in found["marks"])
     assert found["errors"] == [] and console_errors(log) == []
+
+
+def test_a_report_without_its_plotly_file_says_so(tmp_path):
+    out = tmp_path / "run"
+    assert main(["run", "--out", str(out), "--set", "workload.num_requests=50"]) == 0
+    (out / "plotly.min.js").unlink()
+    page = (out / "report.html").read_text()
+    assert "id='no-plotly'" in page  # shown unless plotly.js loads

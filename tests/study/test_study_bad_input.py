@@ -90,7 +90,7 @@ def test_a_failed_write_keeps_the_previous_study_outputs(study, tmp_path, capsys
     before = files(out)
     import sim.study.report
 
-    def broken(run, path, figs):
+    def broken(run, path, figs, plotly="file"):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(sim.study.report, "write_report", broken)
@@ -105,8 +105,11 @@ def test_compare_removes_an_earlier_comparisons_tables(tmp_path, capsys):
     out = tmp_path / "cmp"
     assert run(capsys, "compare", tmp_path / "a.yaml", tmp_path / "c.yaml", "--out", out, "--jobs", "1")[0] == 0
     assert run(capsys, "compare", tmp_path / "a.yaml", tmp_path / "b.yaml", "--out", out, "--jobs", "1")[0] == 0
-    assert sorted(p.name for p in out.iterdir()) == ["report.html", "requests-a.parquet",
+    assert sorted(p.name for p in out.iterdir()) == ["plotly.min.js", "report.html", "requests-a.parquet",
                                                       "requests-b.parquet", "summary.csv"]
+    assert run(capsys, "compare", tmp_path / "a.yaml", tmp_path / "b.yaml", "--out", out, "--jobs", "1",
+               "--plotlyjs", "inline")[0] == 0
+    assert "plotly.min.js" not in {p.name for p in out.iterdir()}  # the page carries it now
 
 
 @pytest.mark.parametrize("text,words", [

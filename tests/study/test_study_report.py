@@ -50,7 +50,11 @@ def test_max_rate_report_renders(chromium, tmp_path):
     assert main(["study", str(path), "--out", str(tmp_path / "out"), "--jobs", "1"]) == 0
     found, log = render(chromium, tmp_path / "out" / "report.html", tmp_path)
     assert found["errors"] == [] and console_errors(log) == []
-    assert found["plots"] == found["drawn"] >= 4
+    # latency against load, max-rate bars, heatmap; every configuration has 2 GPUs at one price,
+    # so neither per-GPU bars nor a cost Pareto front (they would repeat the bars, or be one column)
+    assert found["plots"] == found["drawn"] == 3
+    # the heatmap crosses the policy with tp, not tp with replicas (zipped: one cell per row)
+    assert "max rate (req/s) over policy × tp<" in (tmp_path / "out" / "report.html").read_text()
 
 
 def test_compare_report_renders(chromium, tmp_path):
