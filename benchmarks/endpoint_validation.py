@@ -216,7 +216,8 @@ def readme(summary: dict) -> str:
              f"{cal['kv_blocks']} KV blocks; per-request overhead {cal['request_overhead_s'] * 1e3:.1f} ms; "
              f"fit median error {cal['fit']['median_abs_rel_error']:.1%}; saturation measured "
              f"{cal['saturation']['measured_req_per_s']:.2f} req/s, simulated "
-             f"{cal['saturation']['simulated_req_per_s']:.2f}", "",
+             f"{cal['saturation']['simulated_req_per_s']:.2f}",
+             *(f"- {n}" for n in summary.get("notes", [])), "",
              "Per-request error |sim − real| / real (median) against the first measured run; *spread*: the "
              "second measured run against the first (median per request); *adj.*: E2E error with the "
              "simulation slowed by the server's drift since calibration (speed probe).", "",
@@ -240,6 +241,7 @@ def readme(summary: dict) -> str:
     if cc:
         lines += ["", f"## Load generator vs `vllm bench serve` (closed loop of 8, 256 in / 64 out, "
                   f"{cc['load']['requests']} requests, {len(cc['runs']['servesim'])} alternating rounds each)", "",
+                  *([cc["note"], ""] if cc.get("note") else []),
                   "| figure | vllm bench | servesim loadgen | difference | round-to-round (bench / ours) |",
                   "|---|---|---|---|---|"]
         for k, d in cc["servesim_vs_vllm_bench"].items():
