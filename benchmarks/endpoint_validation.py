@@ -216,7 +216,8 @@ def readme(summary: dict) -> str:
              f"{cal['kv_blocks']} KV blocks; per-request overhead {cal['request_overhead_s'] * 1e3:.1f} ms; "
              f"fit median error {cal['fit']['median_abs_rel_error']:.1%}; saturation measured "
              f"{cal['saturation']['measured_req_per_s']:.2f} req/s, simulated "
-             f"{cal['saturation']['simulated_req_per_s']:.2f}", "",
+             f"{cal['saturation']['simulated_req_per_s']:.2f}",
+             *(f"- {n}" for n in summary.get("notes", [])), "",
              "Per-request error |sim − real| / real (median) against the first measured run; *spread*: the "
              "second measured run against the first (median per request); *adj.*: E2E error with the "
              "simulation slowed by the server's drift since calibration (speed probe).", "",
@@ -240,6 +241,7 @@ def readme(summary: dict) -> str:
     if cc:
         lines += ["", f"## Load generator vs `vllm bench serve` (closed loop of 8, 256 in / 64 out, "
                   f"{cc['load']['requests']} requests, {len(cc['runs']['servesim'])} alternating rounds each)", "",
+                  *([cc["note"], ""] if cc.get("note") else []),
                   "| figure | vllm bench | servesim loadgen | difference | round-to-round (bench / ours) |",
                   "|---|---|---|---|---|"]
         for k, d in cc["servesim_vs_vllm_bench"].items():
@@ -265,6 +267,10 @@ def main(argv=None) -> int:
     p.add_argument("--profile", default=None, help="skip calibration: this profile (from an earlier run's --out)")
     p.add_argument("--resimulate", action="store_true",
                    help="no server: compare --out's measured runs again with the current simulator")
+    p.add_argument("--refit", choices=["median", "min"], default=None,
+                   help="with --resimulate: first fit --out's profile again from the probe measurements it "
+                        "keeps, with the current fit (repeats collapsed to their median or min)")
+    p.add_argument("--no-floor", action="store_true", help="with --refit: no floor term (a plain linear step)")
     p.add_argument("--readme-only", action="store_true", help="rewrite README.md from --out's summary.json")
     p.add_argument("--commit", action="store_true", help="copy the results to benchmarks/results/vllm-cpu/")
     args = p.parse_args(argv)
@@ -343,6 +349,9 @@ def resimulate(args) -> int:
     profile = out / "profile.json"
     fragment = yaml.safe_load((out / "profile.scenario.yaml").read_text())
     fragment["cost"]["profile"] = str(profile.resolve())
+    if args.refit:
+        summary["calibration"] = refit_profile(profile, fragment, out, args.refit, not args.no_floor,
+                                               summary["calibration"])
     import tempfile
 
     tmp = Path(tempfile.mkdtemp())
@@ -360,6 +369,25 @@ def resimulate(args) -> int:
     if args.commit:
         commit(out, summary)
     return 0
+
+
+def refit_profile(path: Path, fragment: dict, out: Path, how: str, floor: bool, cal: dict) -> dict:
+    """Fit ``path`` again from its stored probe measurements (written back in place), check it
+    on the stored saturation measurement; returns the calibration summary updated."""
+    from endpoint.calibrate import refit, simulate_saturation
+    from endpoint.cli import _save_atomic
+    from sim.pricing.profile import load_profile
+
+    profile = refit(load_profile(path), how, floor)
+    _save_atomic(profile, path)
+    fit = profile.grid["fit"]
+    sat = fit.get("saturation_measured")
+    if sat:
+        fit["saturation"] = simulate_saturation(path, fragment, sat, out)
+        _save_atomic(profile.model_copy(update={"grid": {**profile.grid, "fit": fit}}), path)
+    return {**cal, "fit": fit["step"], "request_overhead_s": profile.request_overhead_s,
+            "saturation": fit.get("saturation", cal.get("saturation")), "floor_s": fit["floor_s"],
+            "refit": how}
 
 
 def commit(out: Path, summary: dict) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from sim.pricing.profile import LinearFit, Table
+from sim.pricing.profile import FLOOR, LinearFit, Table
 
 
 def nnls(a: np.ndarray, b: np.ndarray, max_iter: int = 200) -> np.ndarray:
@@ -81,8 +81,14 @@ def fit_linear(features: Sequence[str], rows: Sequence[Mapping[str, float]],
 
 
 def predict(fit: LinearFit, row: Mapping[str, float]) -> float:
-    return float(sum(c * (1.0 if f == "const" else float(row[f]))
-                     for f, c in zip(fit.features, fit.coef, strict=True)))
+    """Σ coef·feature in the fit's order (a ``floor`` raises the sum so far), as ``profile_time``."""
+    total = 0.0
+    for f, c in zip(fit.features, fit.coef, strict=True):
+        if f == FLOOR:
+            total = max(total, c)
+        else:
+            total += c * (1.0 if f == "const" else float(row[f]))
+    return max(total, 0.0)
 
 
 def relative_errors(fit: LinearFit, rows: Sequence[Mapping[str, float]],

@@ -154,6 +154,7 @@ def validate(scenario: Scenario, profile_path: str | Path, setup, source: str = 
     if repeats > 1:
         if log:
             log("executing it again (the run-to-run spread) ...")
+        executor.reset()  # the first run's last finished requests still hold their rows and KV blocks
         again_real = run_engine(pinned, StepRecorder(executor), setup, source, idle)
     if log:
         log("simulating with the profile ...")

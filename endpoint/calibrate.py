@@ -24,7 +24,8 @@ from endpoint.prompts import PromptBuilder, WordVocab
 from endpoint.server_metrics import identity
 from sim.pricing.profile import Device, LinearFit, Ops, Profile, Table
 
-SPEED_PROBE = (256, 16, 3)  # prompt, output tokens, requests one after another
+SPEED_PROBE = (256, 16, 2)  # lone requests one after another: prompt, output tokens, how many
+SPEED_BATCH = (8, 128, 32)  # then requests at once, prompt, output tokens: a loaded server's steps
 
 
 @dataclass
@@ -44,33 +45,50 @@ class Settings:
 def grid(s: Settings, max_len: int) -> dict:
     cap = max_len - 8
     if s.quick:
-        return {"ttft_prompts": [p for p in (16, 128, 512, 1024) if p <= cap], "ttft_repeats": 1,
-                "decode_batches": [1, 4], "decode_contexts": [32, 512], "decode_tokens": 16,
-                "decode_rounds": 1, "mixed_batches": [2], "mixed_prompts": [0.5], "max_seqs_requests": 24,
+        return {"ttft_prompts": [p for p in (16, 128, 512, 1024) if p <= cap], "rounds": 2,
+                "decode_points": [(1, 32), (2, 32), (4, 32), (6, 32), (1, 256), (2, 256)], "decode_tokens": 16,
+                "mixed_batches": [2], "mixed_prompts": [0.25, 0.5], "max_seqs_requests": 24,
                 "saturation_requests": 8, "budget_tokens": 4096}
+    # decodes (b requests of c-token prompts at once): every batch size at a short context (the
+    # shape of the cost in b: where the floor ends), a few at longer ones (the KV-read term)
+    points = [(b, 32) for b in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)] + [(1, 512), (4, 512), (16, 512),
+                                                                        (1, 1536), (4, 1536)]
     return {"ttft_prompts": [p for p in (8, 32, 64, 128, 256, 384, 512, 768, 1024, 1536, 2000) if p <= cap],
-            "ttft_repeats": 3, "decode_batches": [1, 2, 4, 8, 16, 32], "decode_contexts": [32, 512, 1536],
-            "decode_tokens": 32, "decode_rounds": 2, "mixed_batches": [1, 4, 12], "mixed_prompts": [0.25, 0.5, 0.9],
+            "rounds": 3, "decode_points": points, "decode_tokens": 32,
+            "mixed_batches": [1, 4, 12], "mixed_prompts": [0.25, 0.5, 0.9],
             "max_seqs_requests": 64, "saturation_requests": 40, "budget_tokens": 8192}
 
 
+def probe_design() -> dict:
+    """What the speed probe sends (a validation compares its probe with calibration's only when
+    both sent the same)."""
+    return {"lone": list(SPEED_PROBE), "batch": list(SPEED_BATCH)}
+
+
 def speed_probe(prober: Prober) -> dict[str, float]:
-    """Median TTFT and ITL of a few lone requests: how fast the server is right now."""
+    """How fast the server is right now, where serving spends its time: a few lone requests
+    (a prefill, decodes of one) and a batch at once (prefill chunks, then steps of b decodes).
+    ``probe_s``: the lone requests' median E2E plus the batch's median E2E."""
     import asyncio
 
     from endpoint.loadgen import run_async
 
     p, out, n = SPEED_PROBE
-    ttft, itl = [], []
-    for _ in range(n):
-        rec = asyncio.run(run_async([prober.request(p, out)], prober.opts)).records[0]
-        if not rec.error:
-            ttft.append(rec.first_token - rec.sent)
-            itl += rec.gaps
-    # the fastest TTFT (interference only adds time), the median gap: as calibration fits
-    return {"ttft_s": float(np.min(ttft)) if ttft else float("nan"),
-            "itl_s": float(np.median(itl)) if itl else float("nan"),
-            "probe_s": float(np.min(ttft) + (out - 1) * np.median(itl)) if ttft and itl else float("nan")}
+    lone = [asyncio.run(run_async([prober.request(p, out)], prober.opts)).records[0] for _ in range(n)]
+    lone = [r for r in lone if not r.error]
+    b, bp, bout = SPEED_BATCH
+    batch = asyncio.run(run_async([prober.request(bp, bout) for _ in range(b)], prober.opts)).records
+    steady = steady_gaps(batch, bp, b)
+    batch = [r for r in batch if not r.error]
+    if not lone or not batch:
+        return {"ttft_s": float("nan"), "itl_s": float("nan"), "batch_itl_s": float("nan"),
+                "probe_s": float("nan")}
+    lone_e2e = float(np.median([r.last_token - r.sent for r in lone]))
+    batch_e2e = float(np.median([r.last_token - r.sent for r in batch]))
+    return {"ttft_s": float(np.median([r.first_token - r.sent for r in lone])),
+            "itl_s": float(np.median([g for r in lone for g in r.gaps])),
+            "batch_itl_s": steady.seconds if steady else float("nan"),
+            "lone_e2e_s": lone_e2e, "batch_e2e_s": batch_e2e, "probe_s": lone_e2e + batch_e2e}
 
 
 def calibrate(s: Settings, vocab: WordVocab, log=print) -> tuple[Profile, dict, ProbeData]:
@@ -102,18 +120,17 @@ def calibrate(s: Settings, vocab: WordVocab, log=print) -> tuple[Profile, dict, 
         for p in (16, 64, 256, 16):
             prober.ttft([p], 1, rng)
         end("warm-up")
-        # the speed probe at the start, middle and end: the calibration's average speed, for
-        # validation to compare its own probe with (the drift)
+        # the speed probe at the start and after every round: the calibration's average speed,
+        # for validation to compare its own probe with (the drift)
         probes = [speed_probe(prober)]
 
-        phase("TTFT vs prompt length", len(g["ttft_prompts"]) * g["ttft_repeats"])
-        data.ttft = prober.ttft(g["ttft_prompts"], g["ttft_repeats"], rng)
-        end("TTFT vs prompt length")
         sizes = sorted({max_len - 8, (max_len - 8) * 3 // 4, (max_len - 8) // 2})
-        phase("token budget per step", len(sizes))
-        slowest = max(t.ttft for t in data.ttft)
+        phase("token budget per step", len(sizes) + 1)
+        # the decode must outlast the longest prompt's prefill (then it is cancelled)
+        big = prober.ttft([sizes[-1]], 1, rng)[0]
+        itl = big.itl if np.isfinite(big.itl) and big.itl > 0 else 0.01
+        out = int(min(max_len - 80, 60 + 3 * big.ttft / itl))
         for p in sizes:
-            out = int(min(max_len - 64, 80 + 3 * slowest * p / max(g["ttft_prompts"]) / 0.02))
             data.chunks.append((p, prober.chunks(p, out)))
         end("token budget per step")
         budget, why = (s.budget, "given") if s.budget else fitting.infer_budget(data.chunks)
@@ -141,34 +158,28 @@ def calibrate(s: Settings, vocab: WordVocab, log=print) -> tuple[Profile, dict, 
                 s.notes.append(f"max running sequences {max_seqs}: running requests plateaued there "
                                f"with {n} sent at once")
 
-        probes.append(speed_probe(prober))
-        pairs = [(b, c) for c in g["decode_contexts"] for b in g["decode_batches"]
-                 if b <= max_seqs and b * c <= g["budget_tokens"] and c + g["decode_tokens"] < max_len]
-        rounds = []
-        for _ in range(g["decode_rounds"]):  # shuffled rounds: a slow spell hits any point alike
-            rng.shuffle(pairs)
-            rounds += pairs
-        pairs = rounds
-        phase("ITL vs decodes × context", len(pairs))
-        for b, c in pairs:
-            gp = prober.decode(b, c, g["decode_tokens"])
-            if gp is not None:
-                data.gaps.append(gp)
-        end("ITL vs decodes × context")
-
-        mixed = [(b, max(8, int(f * budget) - b)) for b in g["mixed_batches"] for f in g["mixed_prompts"]
-                 if b < max_seqs and f * budget < max_len - 8]
-        phase("prefill among decodes", len(mixed))
-        for b, p in mixed:
-            gp = prober.mixed(b, 64, p, 48)
-            if gp is not None:
-                data.gaps.append(gp)
-        end("prefill among decodes")
-
-        phase("speed probe", 1)
-        probes.append(speed_probe(prober))
-        bar.tick()
-        end("speed probe")
+        # Every point once per round, all kinds shuffled together: a slow spell of a shared
+        # machine lands on TTFT, decode and mixed points alike (and the fit takes each point's
+        # median over the rounds), rather than on one whole phase.
+        points = [("ttft", p, 0) for p in g["ttft_prompts"]]
+        points += [("decode", b, c) for b, c in g["decode_points"]
+                   if b <= max_seqs and b * c <= g["budget_tokens"] and c + g["decode_tokens"] < max_len]
+        points += [("mixed", b, max(8, int(f * budget) - b)) for b in g["mixed_batches"]
+                   for f in g["mixed_prompts"] if b < max_seqs and f * budget < max_len - 8]
+        phase("TTFT, decodes, prefill among decodes", len(points) * g["rounds"] + g["rounds"])
+        for _ in range(g["rounds"]):
+            order = list(points)
+            rng.shuffle(order)
+            for kind, a, b in order:
+                if kind == "ttft":
+                    data.ttft += prober.ttft([a], 1, rng)
+                    continue
+                gp = prober.decode(a, b, g["decode_tokens"]) if kind == "decode" else prober.mixed(a, 64, b, 48)
+                if gp is not None:
+                    data.gaps.append(gp)
+            probes.append(speed_probe(prober))
+            bar.tick()
+        end("TTFT, decodes, prefill among decodes")
         speed = {k: float(np.mean([p[k] for p in probes])) for k in probes[0]}
         speed["each_s"] = [p["probe_s"] for p in probes]
 
@@ -204,18 +215,18 @@ def _profile(s: Settings, ident: dict, f: fitting.Fit, budget: int, max_seqs: in
     shape = {"num_layers": spec.num_layers, "hidden_size": spec.hidden_size, "num_heads": spec.num_heads,
              "num_kv_heads": spec.num_kv_heads, "intermediate_size": spec.intermediate_size,
              "vocab_size": spec.vocab_size}
-    coef = f.step_coef()
-    step = LinearFit(features=list(fitting.STEP), coef=coef, r2=f.r2, ranges=f.ranges)
+    step = LinearFit(features=f.features(), coef=f.step_coef(), r2=f.r2, ranges=f.ranges)
     # the schema wants per-op tables; an endpoint has none: the step fit's token line stands in
     # (prefer: step, so it is never used for pricing)
     lo, hi = 1.0, float(max(budget, 2))
-    linear = Table(x=[lo, hi], seconds=[coef[0] + coef[1] * lo, coef[0] + coef[1] * hi])
+    c0, c1 = f.coef["const"], f.coef["num_tokens"]
+    linear = Table(x=[lo, hi], seconds=[c0 + c1 * lo, c0 + c1 * hi])
     server = {k: ident.get(k) for k in ("url", "version", "engine", "models")}
     grid = {"server": server, "cache_config": ident.get("cache_config", {}),
             "scheduler": {"policy": "chunked-prefill", "max_num_seqs": max_seqs, "chunk_size": budget,
                           "block_size": block, "kv_blocks": kv_blocks},
-            "fit": {"step": f.stats, "coef": f.coef},
-            "probe": speed, "probe_s": speed["probe_s"], "phases_s": data.phases_s,
+            "fit": {"step": f.stats, "coef": f.coef, "floor_s": f.floor},
+            "probe": speed, "probe_s": speed["probe_s"], "probe_design": probe_design(), "phases_s": data.phases_s,
             "measurements": {"ttft": [vars(t) for t in data.ttft], "gaps": [vars(g) for g in data.gaps],
                              "max_running": data.max_running, "max_seqs_sent": data.max_seqs_sent,
                              "prefill_steps": data.chunks}}
@@ -241,26 +252,55 @@ def _fragment(s: Settings, budget: int, max_seqs: int, block: int, kv_blocks: in
 
 def saturation_check(profile_path: Path, fragment: dict, data: ProbeData, base_dir: Path) -> dict:
     """Simulate the saturation probe's closed loop with the fitted profile."""
+    sat = data.saturation
+    recs = [r for r in sat["records"] if not r.error]
+    out = simulate_saturation(profile_path, fragment, {**sat, "requests": len(recs)}, base_dir)
+    return {**out, "steady_itl_measured_s": _median_itl(recs)}
+
+
+def simulate_saturation(profile_path: Path, fragment: dict, sat: dict, base_dir: Path) -> dict:
+    """The closed loop ``sat`` describes (concurrency, requests, prompt, output, measured rate),
+    simulated with the profile."""
     from endpoint.simulate import simulate_measured
     from sim.scenario.schema import scenario_from_dict
     from sim.traffic import build_workload
 
-    sat = data.saturation
-    recs = [r for r in sat["records"] if not r.error]
-    n = len(recs)
+    n = int(sat["requests"])
     frag = {**fragment, "cost": {"model": "profile", "profile": str(Path(profile_path).resolve())}}
     sc = scenario_from_dict({**frag, "name": "saturation", "workload": {
         "num_requests": n, "arrival": {"process": "closed", "concurrency": sat["concurrency"]},
-        "prompt_len": {"dist": "fixed", "value": sat["prompt"]},
-        "output_len": {"dist": "fixed", "value": sat["output"]}}}, "<saturation>", base_dir)
+        "prompt_len": {"dist": "fixed", "value": sat.get("prompt", 256)},
+        "output_len": {"dist": "fixed", "value": sat.get("output", 64)}}}, "<saturation>", base_dir)
     w = build_workload(sc)
     res = simulate_measured(sc, w, np.zeros(n), closed=sat["concurrency"])
     fin = res.requests[res.requests["status"] == "finished"]
     sim_rate = len(fin) / float(fin["completion"].max())
     measured = sat["measured_req_per_s"]
     return {"concurrency": sat["concurrency"], "requests": n, "measured_req_per_s": measured,
-            "simulated_req_per_s": sim_rate, "rel_diff": sim_rate / measured - 1,
-            "steady_itl_measured_s": _median_itl(recs)}
+            "simulated_req_per_s": sim_rate, "rel_diff": sim_rate / measured - 1}
+
+
+def refit(profile: Profile, how: str = "median", floor: bool = True) -> Profile:
+    """The profile fitted again from the probe measurements it keeps (``grid.measurements``)
+    with the current fit: a change to the fit, tried on committed calibrations without a server."""
+    from endpoint.probes import GapPoint, TtftPoint
+
+    g = profile.grid
+    m = g["measurements"]
+    f = fitting.fit([TtftPoint(**t) for t in m["ttft"]], [GapPoint(**x) for x in m["gaps"]],
+                    int(g["scheduler"]["chunk_size"]), floor=floor, how=how)
+    step = LinearFit(features=f.features(), coef=f.step_coef(), r2=f.r2, ranges=f.ranges)
+    fit_ = {k: v for k, v in g["fit"].items() if k != "saturation"}
+    grid = {**g, "fit": {**fit_, "step": f.stats, "coef": f.coef, "floor_s": f.floor,
+                         "refit_of": g["fit"].get("refit_of", {"step": g["fit"].get("step"),
+                                                               "coef": g["fit"].get("coef")})}}
+    if "saturation" in g["fit"]:
+        grid["fit"]["saturation_measured"] = {k: g["fit"]["saturation"][k] for k in
+                                              ("concurrency", "requests", "measured_req_per_s")}
+    notes = [n for n in profile.notes if not n.startswith("refitted")]
+    notes.append(f"refitted from the stored probe measurements (repeats: {how}, floor: {floor})")
+    return profile.model_copy(update={"step": step, "request_overhead_s": f.request_overhead_s, "grid": grid,
+                                      "notes": notes})
 
 
 def _median_itl(recs) -> float:
@@ -268,4 +308,5 @@ def _median_itl(recs) -> float:
     return float(np.median(gaps)) if gaps else float("nan")
 
 
-__all__ = ["Settings", "calibrate", "saturation_check", "speed_probe", "steady_gaps"]
+__all__ = ["Settings", "calibrate", "probe_design", "refit", "saturation_check", "simulate_saturation",
+           "speed_probe", "steady_gaps"]

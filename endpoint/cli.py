@@ -56,8 +56,9 @@ def progress_bar(total: int, label: str, enabled: bool = True):
 
 
 def measure(scenario, url: str, model: str, *, tokenizer: str | None, api: str, exact: bool,
-            source: str, progress: bool = True, label: str | None = None):
-    """Run the scenario's requests against the server; returns (plan, LoadResult)."""
+            source: str, progress: bool = True, label: str | None = None, seed: int | None = None):
+    """Run the scenario's requests against the server; returns (plan, LoadResult). ``seed``:
+    the prompts' words (default: the scenario's seed); lengths, arrivals and sharing stay."""
     from endpoint.loadgen import Options, run
     from endpoint.replay import check_fits, load_vocab, plan
     from endpoint.server_metrics import identity
@@ -65,7 +66,7 @@ def measure(scenario, url: str, model: str, *, tokenizer: str | None, api: str, 
     vocab = load_vocab(url, tokenizer)
     opts = Options(url=url, model=model, api=api, exact_output=exact)
     overhead = chat_overhead(opts) if api == "chat" else 0
-    p = plan(scenario, vocab, api=api, chat_overhead=overhead)
+    p = plan(scenario, vocab, api=api, chat_overhead=overhead, seed=seed)
     models = {m["id"]: m for m in identity(url).get("models", [])}
     check_fits(p, (models.get(model) or {}).get("max_model_len"), source)
     with progress_bar(len(p.requests), label or scenario.name, progress) as bar:

@@ -20,6 +20,7 @@ Each probe isolates one quantity:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass, field
 
@@ -27,7 +28,7 @@ import numpy as np
 
 from endpoint.loadgen import Options, Record, Request, run_async
 from endpoint.prompts import PromptBuilder
-from endpoint.server_metrics import ITER_TOKENS, Sampler, scrape
+from endpoint.server_metrics import ITER_TOKENS, RUNNING, Sampler, scrape
 
 
 @dataclass
@@ -75,6 +76,19 @@ class Prober:
         m = scrape(self.opts.url)
         h = m.histogram(ITER_TOKENS) if m else None
         return None if h is None else h[0]
+
+    def wait_idle(self, timeout_s: float = 60.0) -> None:
+        """Until the server runs nothing (``/metrics``; a cancelled request may still run on a
+        server that does not abort on disconnect)."""
+        if not self.metrics:
+            return
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < timeout_s:
+            m = scrape(self.opts.url)
+            running = m.value(RUNNING) if m else None
+            if not running:
+                return
+            time.sleep(0.1)
 
     # -- probes ------------------------------------------------------------------------------
     def ttft(self, prompts: list[int], repeats: int, rng: np.random.Generator) -> list[TtftPoint]:
@@ -137,25 +151,37 @@ class Prober:
 
     def chunks(self, prompt: int, out_tokens: int) -> int | None:
         """Steps a lone ``prompt`` took while one request decodes: the decode's gaps that span
-        the prefill and are clearly longer than its plain decode gaps."""
+        the prefill and are clearly longer than its plain decode gaps. The decode (up to
+        ``out_tokens``) is cancelled a few tokens after the prompt's first token."""
         async def go():
             watch: list[Record] = []
-            task = asyncio.create_task(run_async([self.request(16, out_tokens)], self.opts, records=watch))
+            start: list[float] = []
+            task = asyncio.create_task(run_async([self.request(16, out_tokens)], self.opts, records=watch,
+                                                 on_start=start.append))
             t0 = time.perf_counter()
             while time.perf_counter() - t0 < 60 and not task.done():
                 await asyncio.sleep(0.02)
                 if watch and watch[0].chunks >= 8:
                     break
             late = await run_async([self.request(prompt, 1)], self.opts)
-            return await task, late
+            seen = watch[0].chunks if watch else 0
+            t1 = time.perf_counter()
+            while not task.done() and watch[0].chunks < seen + 3 and time.perf_counter() - t1 < 30:
+                await asyncio.sleep(0.02)
+            if not task.done():
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            return watch[0], start[0], late
 
-        res, late = asyncio.run(go())
+        r, start_wall, late = asyncio.run(go())
+        self.wait_idle()
         self.tick()
-        r, lr = res.records[0], late.records[0]
-        if r.error or lr.error:
+        lr = late.records[0]
+        if r.error or lr.error or not r.gaps:
             return None
-        t_sent = late.start_wall + lr.sent - res.start_wall
-        t_first = late.start_wall + lr.first_token - res.start_wall
+        t_sent = late.start_wall + lr.sent - start_wall
+        t_first = late.start_wall + lr.first_token - start_wall
         gaps = np.asarray(r.gaps)
         ends = r.first_token + np.cumsum(gaps)
         before = gaps[ends <= t_sent]

@@ -62,7 +62,7 @@ def validate(scenario, profile_path: str | Path, url: str, model: str, *, source
              api: str = "completions", exact: bool = True, repeats: int = 1, out: Path | None = None,
              log=print, progress: bool = True) -> Validation:
     """Measure the scenario ``repeats`` times between two speed probes, then ``compare``."""
-    from endpoint.calibrate import speed_probe
+    from endpoint.calibrate import probe_design, speed_probe
     from endpoint.cli import measure
     from endpoint.loadgen import Options
     from endpoint.probes import Prober
@@ -80,8 +80,11 @@ def validate(scenario, profile_path: str | Path, url: str, model: str, *, source
     runs = []
     for k in range(repeats):
         m0 = scrape(url)
+        # each repeat its own prompt words (same lengths, arrivals and sharing): a prefix cache
+        # keeps nothing of the run before
         plan, res = measure(scenario, url, model, tokenizer=tokenizer, api=api, exact=exact, source=source,
-                            progress=progress, label=f"{scenario.name} run {k + 1}/{repeats}")
+                            progress=progress, label=f"{scenario.name} run {k + 1}/{repeats}",
+                            seed=None if k == 0 else scenario.seed + 7919 * k)
         stages = server_stages(m0, scrape(url))
         req = requests_frame(res, scenario.slo, plan.workload.class_names, plan.workload.class_id)
         if out is not None:
@@ -90,7 +93,8 @@ def validate(scenario, profile_path: str | Path, url: str, model: str, *, source
                        "duration_s": res.duration_s})
         runs.append(MeasuredRun(req, stages, res.client, res.duration_s, res.mode))
     after = speed_probe(prober)
-    context = {"url": url, "model": model, "api": api, "speed_probe": {"before": before, "after": after}}
+    context = {"url": url, "model": model, "api": api,
+               "speed_probe": {"before": before, "after": after, "design": probe_design()}}
     return compare(scenario, profile_path, runs, context, source=source, log=log)
 
 
@@ -134,6 +138,10 @@ def compare(scenario, profile_path: str | Path, runs: list[MeasuredRun], context
     if probe:
         machine = {"probe_before_s": probe["before"]["probe_s"], "probe_after_s": probe["after"]["probe_s"]}
         calibrated = profile.grid.get("probe_s")
+        design = probe.get("design")
+        if design is not None and profile.grid.get("probe_design") != design:
+            warnings.append("calibration timed another speed probe than this validation: no drift estimate")
+            calibrated = None
         if calibrated:
             machine["probe_calibration_s"] = float(calibrated)
             machine["speed_ratio"] = (machine["probe_before_s"] + machine["probe_after_s"]) / 2 / float(calibrated)

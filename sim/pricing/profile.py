@@ -17,6 +17,10 @@ from sim.errors import ProfileError
 
 SCHEMA_VERSION = 1
 STEP_FEATURES = ("const", "num_tokens", "prefill_attn", "decode_context", "num_seqs", "num_sampled")
+# Not a feature: in a step fit, the terms listed before ``floor`` add up to at least its coefficient
+# (seconds) — a step that cannot run faster than, say, reading the weights once (the roofline's
+# max(memory, compute)); the terms after it add on top.
+FLOOR = "floor"
 ATTN_FEATURES = ("const", "prefill_rows", "prefill_attn", "decode_rows", "decode_context")
 
 
@@ -109,9 +113,14 @@ class Profile(Strict):
     def _preferred_exists(self):
         if self.prefer == "step" and self.step is None:
             raise ValueError("prefer is 'step' but the profile has no step fit")
-        if self.step is not None and not set(self.step.features) <= {*STEP_FEATURES}:
-            unknown = sorted(set(self.step.features) - {*STEP_FEATURES})
-            raise ValueError(f"step fit has unknown features {unknown} (known: {list(STEP_FEATURES)})")
+        if self.step is not None and not set(self.step.features) <= {*STEP_FEATURES, FLOOR}:
+            unknown = sorted(set(self.step.features) - {*STEP_FEATURES, FLOOR})
+            raise ValueError(f"step fit has unknown features {unknown} (known: {[*STEP_FEATURES, FLOOR]})")
+        if self.step is not None and FLOOR in self.step.features:
+            if self.step.features.index(FLOOR) == 0:
+                raise ValueError("step fit: floor must follow the terms it bounds from below")
+            if self.step.coef[self.step.features.index(FLOOR)] < 0:
+                raise ValueError("step fit: floor must be ≥ 0 seconds")
         return self
 
 

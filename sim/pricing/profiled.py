@@ -54,10 +54,10 @@ NUM_TABLES = 4
 FITS = ("attn_prefill", "attn_decode", "step")
 F_ATTN_PREFILL, F_ATTN_DECODE, F_STEP = range(3)
 FEATURES = ("const", "num_tokens", "prefill_attn", "decode_context", "num_seqs", "num_sampled", "prefill_rows",
-            "decode_rows")
-X_CONST, X_NUM_TOKENS, X_PREFILL_ATTN, X_DECODE_CONTEXT, X_NUM_SEQS, X_NUM_SAMPLED, X_PREFILL_ROWS, X_DECODE_ROWS = \
-    range(8)
-NUM_FEATURES = 8
+            "decode_rows", "floor")
+X_CONST, X_NUM_TOKENS, X_PREFILL_ATTN, X_DECODE_CONTEXT, X_NUM_SEQS, X_NUM_SAMPLED, X_PREFILL_ROWS, X_DECODE_ROWS, \
+    X_FLOOR = range(9)
+NUM_FEATURES = 9
 # Extrapolation counters, one bit each: the tables, then each fit's features.
 COUNTERS = (*TABLES, *(f"{fit}.{feature}" for fit in FITS for feature in FEATURES))
 MODE_STEP, MODE_OPS = 1, 2
@@ -180,11 +180,15 @@ def _feature(x, s):
 
 @jit
 def _fit(fit, fit_x, fit_n, f, s):
-    """Σ coef·feature in the fit's order, floored at 0. Returns (seconds, extrapolation bits)."""
+    """Σ coef·feature in the fit's order, floored at 0; a ``floor`` term raises the sum so far to
+    at least its coefficient. Returns (seconds, extrapolation bits)."""
     total = 0.0
     flags = 0
     for j in range(fit_n[f]):
         x = fit_x[f, j]
+        if x == X_FLOOR:
+            total = _max(total, fit[f, 0, j])
+            continue
         v = _feature(x, s)
         if v > fit[f, 1, j]:
             flags |= 1 << (NUM_TABLES + f * NUM_FEATURES + x)

@@ -75,3 +75,17 @@ def test_a_broken_profile_exceeds_the_bound(quick_profile, scenario, tmp_path, c
     assert "FAIL" in capsys.readouterr().out
     v = json.loads((tmp_path / "v" / "validation.json").read_text())
     assert v["errors"]["e2e"]["median"] > 1.0 and v["errors"]["e2e"]["bias"] > 0
+
+
+def test_a_second_engine_run_starts_from_an_empty_engine(quick_profile, tmp_path):
+    """``repeats=2`` runs the scenario twice on one executor: the first run's last finished
+    requests (freed only by a plan that never comes) must not be there for the second."""
+    from calibration.validate import validate
+    from engine.execute import EngineSetup
+    from sim.scenario.schema import load_scenario
+
+    s = write_scenario(tmp_path / "r.yaml", requests=6, rate=8.0)
+    v = validate(load_scenario(s), quick_profile, EngineSetup(device="cpu", threads=1), "r", repeats=2)
+    j = v.to_json()
+    assert j["requests"]["joined"] == 6
+    assert j["run_to_run_spread"]["e2e"]["n"] == 6
