@@ -174,8 +174,18 @@ def setup_rows(s, summary: dict) -> list[tuple[str, str]]:
                      "none set: every finished request counts as meeting it"))
     else:
         rows.append(("SLO", "; ".join(f"{c.name}: {slo_text(class_slo(s, c.name))}" for c in s.workload.classes)))
-    cost = s.cost
-    rows.append(("step costs", f"roofline ({cost.compute_efficiency:g} of peak FLOP/s, "
-                 f"{cost.memory_efficiency:g} of HBM bandwidth, {fmt.duration(cost.step_overhead_s)} per step)"
-                 if cost.model == "roofline" else f"measured profile {Path(cost.profile or '').name}"))
+    rows.append(("step costs", cost_text(s)))
     return rows
+
+
+def cost_text(s) -> str:
+    """How steps are priced: the roofline with the engine preset's overheads (and any constant
+    the scenario sets), or a measured profile."""
+    cost = s.cost
+    if cost.model != "roofline":
+        return f"measured profile {Path(cost.profile or '').name}"
+    step = cost.step_overhead_s if cost.step_overhead_s is not None else s.engine.cost.step_overhead_s
+    given = [f"{cost.compute_efficiency:g} of peak FLOP/s" if cost.compute_efficiency is not None else "",
+             f"{cost.memory_efficiency:g} of HBM bandwidth" if cost.memory_efficiency is not None else ""]
+    return (f"roofline with {s.engine.name}'s overheads ({fmt.duration(step)} per step) and the GPU's fitted "
+            "efficiencies" + "".join(f"; {g}" for g in given if g))
