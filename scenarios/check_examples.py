@@ -84,11 +84,11 @@ def ms(x: float) -> str:
 # -- scenarios -----------------------------------------------------------------------------------
 
 def quickstart(ex: Example) -> None:
-    s, lo, hi = run("quickstart"), run("quickstart", "workload.arrival.rate=25"), run(
-        "quickstart", "workload.arrival.rate=38")
-    ex.check("near the knee at 32 req/s: 85–99.5% meet the SLO", 0.85 <= att(s) <= 0.995, pct(att(s)))
-    ex.check("25 req/s leaves headroom (≥ 99.5%)", att(lo) >= 0.995, pct(att(lo)))
-    ex.check("38 req/s breaks it (< 70%)", att(hi) < 0.7, pct(att(hi)))
+    s, lo, hi = run("quickstart"), run("quickstart", "workload.arrival.rate=18"), run(
+        "quickstart", "workload.arrival.rate=28")
+    ex.check("near the knee at 23 req/s: 85–99.5% meet the SLO", 0.85 <= att(s) <= 0.995, pct(att(s)))
+    ex.check("18 req/s leaves headroom (≥ 99.5%)", att(lo) >= 0.995, pct(att(lo)))
+    ex.check("28 req/s breaks it (< 70%)", att(hi) < 0.7, pct(att(hi)))
 
 
 def policies(ex: Example) -> None:
@@ -110,7 +110,7 @@ def azure_conversation(ex: Example) -> None:
 
 def disaggregated(ex: Example) -> None:
     d, c = run("disaggregated"), run("disaggregated", "disaggregation=null", "replicas=2")
-    ex.check("disaggregated meets the 12 ms TPOT SLO for 85–99.5%", 0.85 <= att(d) <= 0.995, pct(att(d)))
+    ex.check("disaggregated meets the 15 ms TPOT SLO for 85–99.5%", 0.85 <= att(d) <= 0.995, pct(att(d)))
     ex.check("colocated on the same 2 GPUs: ≥ 30 points fewer", att(c) <= att(d) - 0.3, pct(att(c)))
     ex.check("colocated has the lower TTFT p50", c["ttft_p50"] < d["ttft_p50"],
              f"{ms(c['ttft_p50'])} vs {ms(d['ttft_p50'])}")
@@ -123,10 +123,10 @@ def heterogeneous(ex: Example) -> None:
 
 
 def mixtral(ex: Example) -> None:
-    s, light = run("mixtral-expert-parallel"), run("mixtral-expert-parallel", "workload.arrival.rate=20")
+    s, light = run("mixtral-expert-parallel"), run("mixtral-expert-parallel", "workload.arrival.rate=12")
     tp = run("mixtral-expert-parallel", "hardware.expert_parallel=false")
-    ex.check("at the knee at 24 req/s (50–97%)", 0.5 <= att(s) <= 0.97, pct(att(s)))
-    ex.check("20 req/s: all meet it (≥ 99%)", att(light) >= 0.99, pct(att(light)))
+    ex.check("at the knee at 15 req/s (50–97%)", 0.5 <= att(s) <= 0.97, pct(att(s)))
+    ex.check("12 req/s: all meet it (≥ 99%)", att(light) >= 0.99, pct(att(light)))
     ex.check("TP prices within 10% of EP (TPOT p50)", abs(tp["tpot_p50"] / s["tpot_p50"] - 1) < 0.1,
              f"{ms(tp['tpot_p50'])} vs {ms(s['tpot_p50'])}")
 
@@ -161,7 +161,7 @@ def multi_turn(ex: Example) -> None:
 
 def pipeline(ex: Example) -> None:
     pp, tp = run("pipeline-parallel-70b"), run("pipeline-parallel-70b", "hardware.pp=1", "hardware.tp=4")
-    ex.check("PP 2 × TP 2 at 2.5 req/s: 40–95% meet the SLO", 0.4 <= att(pp) <= 0.95, pct(att(pp)))
+    ex.check("PP 2 × TP 2 at 1.8 req/s: 40–95% meet the SLO", 0.4 <= att(pp) <= 0.95, pct(att(pp)))
     ex.check("TP 4 on the same GPUs: ≥ 15 points more, lower TPOT",
              att(tp) >= att(pp) + 0.15 and tp["tpot_p50"] < pp["tpot_p50"],
              f"{pct(att(tp))}, TPOT p50 {ms(tp['tpot_p50'])} vs {ms(pp['tpot_p50'])}")
@@ -217,18 +217,20 @@ def swap(ex: Example) -> None:
 
 def tensor_parallel(ex: Example) -> None:
     s, tp8 = run("tensor-parallel-70b"), run("tensor-parallel-70b", "hardware.tp=8")
-    ex.check("TP 4 near its knee at 7 req/s (80–99%)", 0.8 <= att(s) <= 0.99, pct(att(s)))
-    ex.check("TP 8: TPOT p50 < 0.6 × TP 4's, every request within the SLO",
-             tp8["tpot_p50"] < 0.6 * s["tpot_p50"] and att(tp8) >= 0.99,
+    ex.check("TP 4 near its knee at 4.5 req/s (80–99%)", 0.8 <= att(s) <= 0.99, pct(att(s)))
+    ex.check("TP 8: TPOT p50 < 0.8 × TP 4's, every request within the SLO",
+             tp8["tpot_p50"] < 0.8 * s["tpot_p50"] and att(tp8) >= 0.99,
              f"{ms(tp8['tpot_p50'])} vs {ms(s['tpot_p50'])}, {pct(att(tp8))}")
 
 
 def vidur(ex: Example) -> None:
     s, rl = run("vidur-a100-llama2-70b"), run("vidur-a100-llama2-70b", "cost.model=roofline")
     ex.check("measured profile: 40–90% meet the SLO", 0.4 <= att(s) <= 0.9, pct(att(s)))
-    ex.check("measured steps slower than the roofline (TPOT p50 ≥ 1.1×)", s["tpot_p50"] >= 1.1 * rl["tpot_p50"],
-             f"{ms(s['tpot_p50'])} vs {ms(rl['tpot_p50'])}")
-    ex.check("the roofline: ≥ 10 points more meet it", att(rl) >= att(s) + 0.1, pct(att(rl)))
+    # The fitted roofline (docs/roofline.md) now agrees with the steps Vidur measured on A100s.
+    ex.check("the fitted roofline agrees with the measured steps (TPOT p50 within 10%)",
+             abs(rl["tpot_p50"] / s["tpot_p50"] - 1) < 0.1, f"{ms(rl['tpot_p50'])} vs {ms(s['tpot_p50'])}")
+    ex.check("the roofline: SLO attainment within 5 points of the profile's", abs(att(rl) - att(s)) <= 0.05,
+             f"{pct(att(rl))} vs {pct(att(s))}")
 
 
 # -- studies -------------------------------------------------------------------------------------
@@ -278,11 +280,14 @@ def chunk_study(ex: Example) -> None:
 def tp_study(ex: Example) -> None:
     out = study("tp-70b")
     cfg = out.configs
-    tp2 = cfg[(cfg["hardware.tp"] == 2) & (cfg["hardware.gpu"] == "H100-SXM")]
+    h100 = cfg[cfg["hardware.gpu"] == "H100-SXM"].set_index("hardware.tp")
     ex.check("an answer is found", out.best is not None and out.best.get("outcome") == "found",
              str(out.best and out.best.get("config")))
-    ex.check("TP 2 on 80 GB H100s fails even at the lowest rate", (tp2["outcome"] == "below_bracket").all(),
-             ", ".join(tp2["outcome"]))
+    # With GPU memory in GiB (docs/roofline.md) TP 2 now fits an 80 GB H100, with little KV room.
+    ex.check("TP 2 on 80 GB H100s (little KV room) serves the least: < 0.6 × TP 4's rate",
+             h100.loc[2, "max_rate"] < 0.6 * h100.loc[4, "max_rate"]
+             and h100.loc[2, "max_rate"] == cfg["max_rate"].min(),
+             f"{h100.loc[2, 'max_rate']:.3g} vs {h100.loc[4, 'max_rate']:.3g} req/s")
 
 
 def disagg_study(ex: Example) -> None:
