@@ -25,6 +25,8 @@ def cmd_run(args) -> int:
     if not args.profile_sim and build.should_interpret_first_run(scenario.simulation.loop, len(workload)):
         build.interpret_this_process()  # before the core is imported: this run does not wait for numba
         build.start_background_build()
+    elif build.is_ready():
+        build.mark_used()
     from sim.loops.run import simulate
 
     bar, cb = progress_callback(len(workload))

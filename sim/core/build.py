@@ -10,6 +10,7 @@ imports no numba, so the choice can be made before the core is imported.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import os
@@ -28,6 +29,7 @@ JIT_ENV = "SERVESIM_JIT"  # "0": run the core as plain Python even where numba i
 BACKGROUND_ENV = "SERVESIM_BACKGROUND_BUILD"  # "0": a first run compiles in the foreground
 INTERPRET_UP_TO = 10_000  # requests: a larger first run compiles first (it would take longer as Python)
 LOCK_STALE_S = 600.0
+PRUNE_AFTER_S = 30 * 86400.0  # another version's build unused this long is removed
 
 
 def user_cache() -> Path:
@@ -49,6 +51,29 @@ def interpreted() -> bool:
 
 def is_ready() -> bool:
     return marker().exists()
+
+
+def mark_used() -> None:
+    """A run loads this build: keep it from being pruned."""
+    with contextlib.suppress(OSError):
+        os.utime(marker())
+
+
+def prune_old_builds(now: float | None = None) -> list[Path]:
+    """Remove other versions' builds in the user's cache (``numba-<stamp>`` folders) that no
+    run has used for ``PRUNE_AFTER_S``; returns what was removed. NUMBA_CACHE_DIR is left alone."""
+    import shutil
+
+    now = time.time() if now is None else now
+    removed = []
+    for folder in user_cache().parent.glob("numba-*"):
+        if folder == user_cache() or not folder.is_dir():
+            continue
+        last = max([p.stat().st_mtime for p in folder.glob("*.ready")] + [folder.stat().st_mtime])
+        if now - last > PRUNE_AFTER_S:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
 
 
 def should_interpret_first_run(loop: str, num_requests: int) -> bool:
@@ -115,6 +140,7 @@ def build() -> None:
     with tempfile.NamedTemporaryFile("w", dir=marker().parent, delete=False) as f:
         f.write(CORE_STAMP)
     os.replace(f.name, marker())
+    prune_old_builds()
 
 
 def main() -> int:

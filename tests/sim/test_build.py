@@ -86,3 +86,21 @@ def test_the_core_as_python_gives_the_compiled_results(tmp_path, name):
     pd.testing.assert_frame_equal(requests, compiled.requests)
     pd.testing.assert_frame_equal(steps, compiled.steps)
     assert json.dumps(summary, sort_keys=True) == json.dumps(compiled.summary, sort_keys=True)
+
+
+def test_other_versions_builds_unused_for_a_month_are_pruned(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    root = build.user_cache().parent
+    now = 1_000_000_000.0
+    old, recent, other = root / "numba-0000000000000000", root / "numba-1111111111111111", root / "plotly.js"
+    for folder in (old, recent, build.user_cache()):
+        folder.mkdir(parents=True)
+        (folder / "core_x").mkdir()
+    other.write_text("kept")
+    os.utime(old, (now - 40 * 86400, now - 40 * 86400))
+    (recent / "servesim-1111111111111111.ready").write_text("")
+    os.utime(recent, (now - 40 * 86400, now - 40 * 86400))
+    os.utime(recent / "servesim-1111111111111111.ready", (now - 2 * 86400, now - 2 * 86400))  # used lately
+    os.utime(build.user_cache(), (now - 90 * 86400, now - 90 * 86400))  # this version's build is never pruned
+    assert build.prune_old_builds(now) == [old]
+    assert not old.exists() and recent.exists() and build.user_cache().exists() and other.exists()
