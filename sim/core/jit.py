@@ -1,6 +1,6 @@
 """Compiling the core with numba, or not.
 
-``jit`` marks a core function: compiled once (and cached on disk beside the source),
+``jit`` marks a core function: compiled once (and cached on disk per user, ``build``),
 callable from other compiled functions only; ``leaf`` a small one, inlined where it is called.
 ``entry`` marks the functions Python calls — the compiled loop, the calls the SimPy loop makes,
 pricing. Core functions take the run's state as a few typed structures (``struct``: numba
