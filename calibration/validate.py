@@ -8,11 +8,9 @@ the clock differs. Requests are joined by id; each metric's error is
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from calibration.compare import breakdown, diagnose, error_stats, join, spread, step_errors, summary_diff
@@ -20,6 +18,7 @@ from calibration.realtime import StepRecorder, run_engine
 from sim.errors import InputError, ProfileError
 from sim.loops.run import RunResult, simulate
 from sim.pricing.profile import Profile, load_profile
+from sim.results.jsonsafe import json_safe as _clean
 from sim.scenario.schema import Scenario, apply_overrides, scenario_from_dict
 
 
@@ -57,18 +56,6 @@ class Validation:
                                                "source": p.source},
             "warnings": self.warnings,
         })
-
-
-def _clean(v):
-    if isinstance(v, dict):
-        return {k: _clean(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_clean(x) for x in v]
-    if isinstance(v, float | np.floating):
-        return float(v) if math.isfinite(v) else None
-    if isinstance(v, np.integer):
-        return int(v)
-    return v
 
 
 def check_profile(profile: Profile, path: str, device: str, dtype: str, threads: int | None,

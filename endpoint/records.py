@@ -10,7 +10,6 @@ several tokens is one gap).
 from __future__ import annotations
 
 import json
-import math
 import os
 import tempfile
 from pathlib import Path
@@ -19,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from endpoint.loadgen import LoadResult
+from sim.results.jsonsafe import json_safe as _clean
 from sim.results.metrics import slo_limits, slo_met, summarize
 
 
@@ -86,18 +86,6 @@ def bench_metrics(requests: pd.DataFrame, itl: pd.DataFrame, duration_s: float) 
             out |= {f"mean_{name}_ms": float(v.mean() * 1e3), f"median_{name}_ms": float(np.median(v) * 1e3),
                     f"p99_{name}_ms": float(np.percentile(v, 99) * 1e3)}
     return out
-
-
-def _clean(v):
-    if isinstance(v, dict):
-        return {k: _clean(x) for k, x in v.items()}
-    if isinstance(v, list | tuple):
-        return [_clean(x) for x in v]
-    if isinstance(v, float | np.floating):
-        return float(v) if math.isfinite(v) else None
-    if isinstance(v, np.integer):
-        return int(v)
-    return v
 
 
 def write_json(path: Path, data) -> Path:

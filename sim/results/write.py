@@ -7,12 +7,12 @@ folder holds one run's files only; tables of the other format left by an earlier
 from __future__ import annotations
 
 import json
-import math
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from sim.results import plotlyjs
 from sim.results.atomic import Staging, check_out_dir
+from sim.results.jsonsafe import json_safe as _clean
 from sim.results.report import write_report
 
 FORMATS = ("parquet", "csv")
@@ -27,15 +27,6 @@ def result_names(fmt: str) -> list[str]:
 def check_results_dir(out: str | Path, fmt: str = "parquet", field: str = "--out") -> Path:
     """Before simulating: can the run's results be written to ``out``?"""
     return check_out_dir(out, field, result_names(fmt))
-
-
-def _clean(v):
-    """JSON has no NaN or infinity: write null."""
-    if isinstance(v, dict):
-        return {k: _clean(x) for k, x in v.items()}
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v
 
 
 def applied_config(scenario) -> dict:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import html
 import json
-import math
 from pathlib import Path
 
 import pandas as pd
@@ -14,6 +13,7 @@ import plotly.graph_objects as go
 from sim.results import plotlyjs
 from sim.results.atomic import Staging
 from sim.results.fmt import numeric
+from sim.results.jsonsafe import json_safe as _clean
 from sim.results.plotstyle import color_map
 from sim.results.report import figure_html, page
 from sim.study import figures
@@ -227,14 +227,6 @@ def write_report(run: StudyRun, path: Path, figs: dict[str, tuple[str, go.Figure
         parts.append("<h2>Failed runs</h2>" + table_html(failed, ["config", "rate", "error"]))
     path.write_text(page(f"study: {plan.name}", parts, plotly, meta), encoding="utf-8")
     return path
-
-
-def _clean(v):
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    if hasattr(v, "item"):
-        return _clean(v.item())
-    return v
 
 
 STUDY_FILES = ("runs.csv", "runs.parquet", "configs.csv", "configs.parquet", "answer.json",

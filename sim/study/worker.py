@@ -2,19 +2,11 @@
 
 from __future__ import annotations
 
-import math
 import time
 import traceback
 
+from sim.results.jsonsafe import json_safe as _clean
 from sim.study.plan import RunSpec
-
-
-def _clean(v):
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    if hasattr(v, "item"):  # numpy scalars
-        return _clean(v.item())
-    return v
 
 
 def execute_run(spec: RunSpec) -> dict:

@@ -158,3 +158,13 @@ def test_a_run_that_rejects_every_request_exits_3(tmp_path, capsys):
     assert code == 3
     assert "every request was rejected" in text and "exceed the model's max length (5)" in text
     assert len(pd.read_parquet(tmp_path / "out" / "requests.parquet")) == 5  # results still written
+
+
+def test_json_safe_writes_null_for_nan_and_plain_numbers_for_numpy():
+    import numpy as np
+
+    from sim.results.jsonsafe import json_safe
+
+    got = json_safe({"a": np.float32("nan"), "b": [np.int64(3), (float("inf"), np.float64(0.5))], "c": "x"})
+    assert got == {"a": None, "b": [3, [None, 0.5]], "c": "x"}
+    assert type(got["b"][0]) is int
