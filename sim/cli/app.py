@@ -108,7 +108,12 @@ def cmd_bench(args) -> int:
     return run_bench(args)
 
 
-def build_parser() -> argparse.ArgumentParser:
+BUILTIN = ("run", "list", "bench")
+
+
+def build_parser(extras: bool = True) -> argparse.ArgumentParser:
+    """The whole command line; ``extras=False`` leaves out the commands other packages register
+    (engine, calibration, endpoint, study), which import far more than ``run`` needs."""
     p = argparse.ArgumentParser(
         prog="servesim", description="Simulate LLM serving systems, and check the simulation "
         "against a real engine.")
@@ -156,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--format", choices=["table", "csv", "json"], default="table", help="output format")
     bench.set_defaults(func=cmd_bench)
 
-    for register in _extra_commands():
+    for register in _extra_commands() if extras else ():
         register(sub)
     for cmd in sub.choices.values():
         fill_help(cmd)
@@ -234,7 +239,8 @@ def _extra_commands():
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(extras=not argv or argv[0] not in BUILTIN)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -25,7 +25,7 @@ from sim.pricing import CostModelExecutor, make_cost_model
 from sim.pricing.costs import add_counts, encode, extrapolation_warnings
 from sim.pricing.profiled import COUNTERS
 from sim.results.metrics import check_request_times, requests_frame, summarize
-from sim.results.steplog import StepLog
+from sim.results.steplog import StepLog, engine_rows
 from sim.scenario.schema import Scenario
 from sim.traffic import build_workload
 
@@ -119,8 +119,7 @@ def collect(scenario: Scenario, table: RequestTable, workload, steps: pd.DataFra
     priced beyond its measured range, per counter."""
     check_request_times(table)
     requests = requests_frame(table, scenario.slo, workload)
-    capacity = core.ep[:, P_NUM_BLOCKS].astype(float)
-    steps["kv_utilization"] = steps["kv_blocks_used"] / capacity[steps["engine"].to_numpy()]
+    steps["kv_utilization"] = kv_utilization(steps, core.ep[:, P_NUM_BLOCKS].astype(float))
     itl = {"hist": core.itl_hist.copy(), "sum": core.itl_sum.copy(), "classes": table.class_names}
     summary = summarize(requests, steps, num_gpus=scenario.num_gpus, itl=itl)
     warnings = list(getattr(workload, "notes", ()))
@@ -132,4 +131,17 @@ def collect(scenario: Scenario, table: RequestTable, workload, steps: pd.DataFra
     if summary["unfinished"]:
         warnings.append(f"{summary['unfinished']} request(s) never finished")
     return RunResult(scenario, requests, steps, summary, warnings, wall_s, mode, itl=itl)
+
+
+def kv_utilization(steps: pd.DataFrame, capacity: np.ndarray) -> np.ndarray:
+    """Each step's share of its engine's KV blocks in use, engine by engine (one new array)."""
+    used = steps["kv_blocks_used"].to_numpy()
+    out = np.empty(len(used))
+    order, rows = engine_rows(steps["engine"].to_numpy())
+    for e, sl in rows.items():
+        if order is None:
+            np.divide(used[sl], capacity[e], out=out[sl])
+        else:
+            out[order[sl]] = used[order[sl]] / capacity[e]
+    return out
 

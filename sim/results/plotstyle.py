@@ -91,6 +91,13 @@ def compact(a) -> np.ndarray:
     return np.asarray(a, dtype=np.float32)
 
 
+LAYOUT = {"margin": {"t": 50, "b": 40, "l": 60, "r": 20}, "font": {"size": 12}, "hoverlabel": {"namelength": -1}}
+
+
 def base_layout(fig, height: int) -> None:
-    fig.update_layout(height=height, template="plotly_white", margin={"t": 50, "b": 40, "l": 60, "r": 20},
-                      font={"size": 12}, hoverlabel={"namelength": -1})
+    """Height, margins and fonts every chart shares: a plotly figure, or a ``chart.Chart`` (which
+    carries plotly_white's look itself)."""
+    if hasattr(fig, "update_layout"):
+        fig.update_layout(height=height, template="plotly_white", **LAYOUT)
+    else:
+        fig.update(height=height, **LAYOUT)

@@ -9,10 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 from sim.results import plotlyjs
+from sim.results.chart import Chart, chart_html
 from sim.results.fmt import numeric
 from sim.results.plotstyle import SLO_LINE, base_layout, color, color_map, compact, log_axis, wide
 from sim.results.summary_view import Block, summary_blocks
@@ -56,13 +55,12 @@ def itl_cdf(itl: dict, classes: list[str] | None = None) -> tuple[np.ndarray, np
 
 def latency_cdfs(runs: dict[str, pd.DataFrame], colors: dict[str, str] | None = None,
                  limits: dict[str, dict[str, float]] | None = None,
-                 itl: dict[str, tuple[np.ndarray, np.ndarray]] | None = None) -> go.Figure:
+                 itl: dict[str, tuple[np.ndarray, np.ndarray]] | None = None) -> Chart:
     """CDFs of TTFT, TPOT, (ITL,) E2E in ms, one line per named run; ``limits[name][metric]``
     (seconds) draws that run's SLO limit as a dotted line; ``itl[name]`` = (gaps, shares)."""
     colors = colors or color_map(runs)
     metrics = [(m, t) for m, t in METRICS if m != "itl" or itl]
-    fig = make_subplots(rows=1, cols=len(metrics), subplot_titles=[f"{t} (ms)" for _, t in metrics],
-                        horizontal_spacing=0.05)
+    fig = Chart(1, len(metrics), [f"{t} (ms)" for _, t in metrics], hspace=0.05)
     for col, (metric, _) in enumerate(metrics, start=1):
         xs = []
         for name, df in runs.items():
@@ -74,23 +72,23 @@ def latency_cdfs(runs: dict[str, pd.DataFrame], colors: dict[str, str] | None = 
                 continue
             x = x * 1e3
             xs.append(x)
-            fig.add_trace(go.Scatter(x=compact(x), y=compact(y), mode="lines", name=name, legendgroup=name,
-                                     showlegend=col == 1, line={"color": colors.get(name, color(0)), "width": 2},
-                                     hovertemplate=f"{html.escape(name)}<br>%{{y:.1%}} ≤ %{{x:.3~f}} ms"
-                                     "<extra></extra>"), row=1, col=col)
+            fig.add({"x": compact(x), "y": compact(y), "mode": "lines", "name": name, "legendgroup": name,
+                     "showlegend": col == 1, "line": {"color": colors.get(name, color(0)), "width": 2},
+                     "hovertemplate": f"{html.escape(name)}<br>%{{y:.1%}} ≤ %{{x:.3~f}} ms<extra></extra>"},
+                    row=1, col=col)
             lim = (limits or {}).get(name, {}).get(metric)
             if lim is not None:
                 xs.append(np.array([lim * 1e3]))
-                fig.add_vline(x=lim * 1e3, line={**SLO_LINE, "color": colors.get(name, "#444")}, row=1, col=col)
+                fig.vline(lim * 1e3, {**SLO_LINE, "color": colors.get(name, "#444")}, row=1, col=col)
         allx = np.concatenate(xs) if xs else np.zeros(0)
         if wide(allx):
-            fig.update_xaxes(**log_axis(allx, "ms", 5), tickangle=0, row=1, col=col)
+            fig.xaxes(**log_axis(allx, "ms", 5), tickangle=0, row=1, col=col)
         else:
-            fig.update_xaxes(rangemode="tozero", row=1, col=col)
-    fig.update_yaxes(range=[0, 1.02], tickformat=".0%")
-    fig.update_yaxes(title_text="share of requests (≤ x)", row=1, col=1)
+            fig.xaxes(rangemode="tozero", row=1, col=col)
+    fig.yaxes(range=[0, 1.02], tickformat=".0%")
+    fig.yaxes(title={"text": "share of requests (≤ x)"}, row=1, col=1)
     base_layout(fig, 360)
-    fig.update_layout(legend={"orientation": "h", "y": -0.18, "x": 0}, hovermode="closest")
+    fig.update(legend={"orientation": "h", "y": -0.18, "x": 0}, hovermode="closest")
     return fig
 
 
@@ -105,7 +103,7 @@ def slo_limits(scenario, names: list[str]) -> dict[str, dict[str, float]]:
     return out
 
 
-def timeline(result) -> tuple[go.Figure, str]:
+def timeline(result) -> tuple[Chart, str]:
     """The engines' state over time (see timeline.py) and a note on reading it."""
     from sim.results import timeline as tl
 
@@ -118,7 +116,7 @@ def timeline(result) -> tuple[go.Figure, str]:
               "KV cache (% of blocks; dotted: + reclaimable cached prefixes)" if cached else "KV cache in use (%)",
               "Waiting requests (arrived, not yet started; mean)"
               + ("; dotted: queued incl. preempted" if preempting else "")]
-    fig = make_subplots(rows=4, cols=1, shared_xaxes=True, vertical_spacing=0.055, subplot_titles=panels)
+    fig = Chart(4, 1, panels, vspace=0.055, shared_x=True)
     x = compact(b.centers)
     step = {"shape": "linear" if overlaid else "hv", "width": 1.5}
     series: list[tuple[str, str, dict[str, np.ndarray]]] = [
@@ -150,28 +148,27 @@ def timeline(result) -> tuple[go.Figure, str]:
             traces.append((4, v["queued"], "dot"))
         first = len(fig.data)
         for row, y, dash in traces:
-            fig.add_trace(go.Scatter(x=x, y=compact(y), mode="lines", name=label, legendgroup=label,
-                                     showlegend=row == 1, visible=visible, connectgaps=False,
-                                     line={**step, "color": c, "dash": dash},
-                                     hovertemplate=f"{html.escape(label)}<br>%{{x:.4g}} s: %{{y:.4~g}}<extra></extra>"),
-                          row=row, col=1)
+            fig.add({"x": x, "y": compact(y), "mode": "lines", "name": label, "legendgroup": label,
+                     "showlegend": row == 1, "visible": visible, "connectgaps": False,
+                     "line": {**step, "color": c, "dash": dash},
+                     "hovertemplate": f"{html.escape(label)}<br>%{{x:.4g}} s: %{{y:.4~g}}<extra></extra>"},
+                    row=row, col=1)
         groups.append((label, list(range(first, len(fig.data)))))
     if selector:
         n = len(fig.data)
         buttons = [{"label": label, "method": "update",
                     "args": [{"visible": [i in idx for i in range(n)]}]} for label, idx in groups]
         buttons.insert(1, {"label": "every engine", "method": "update", "args": [{"visible": [True] * n}]})
-        fig.update_layout(updatemenus=[{"buttons": buttons, "x": 0, "xanchor": "left", "y": 1.09,
+        fig.update(updatemenus=[{"buttons": buttons, "x": 0, "xanchor": "left", "y": 1.09,
                                         "yanchor": "bottom", "showactive": True}])
-    for row in range(1, 5):
-        fig.update_yaxes(rangemode="tozero", row=row, col=1)
+    fig.yaxes(rangemode="tozero")
     if all(np.nanmax(np.nan_to_num(v["waiting"], nan=0)) < 1 for _, _, v in series):
-        fig.update_yaxes(range=[0, 1], row=4, col=1)
+        fig.yaxes(range=[0, 1], row=4, col=1)
     peak = max((np.nanmax(np.nan_to_num(v["kv_all"], nan=0)) for _, _, v in series), default=0)
-    fig.update_yaxes(range=[0, min(100, max(20, 1.15 * peak))], row=3, col=1)  # low use stays readable
-    fig.update_xaxes(title_text="simulated time (s)", row=4, col=1)
+    fig.yaxes(range=[0, min(100, max(20, 1.15 * float(peak)))], row=3, col=1)  # low use stays readable
+    fig.xaxes(title={"text": "simulated time (s)"}, row=4, col=1)
     base_layout(fig, 760)
-    fig.update_layout(legend={"orientation": "h", "y": -0.08, "x": 0}, hovermode="x unified")
+    fig.update(legend={"orientation": "h", "y": -0.08, "x": 0}, hovermode="x unified")
     note = (f"Each point is a {b.width:g} s bin: the mean while the engine was busy (gaps: idle), "
             "the decode batch held through prefill-only steps.")
     if any(s.hardware.pp > 1 for s in result.scenario.replica_specs):
@@ -242,9 +239,13 @@ def page(title: str, parts: list[str], plotly: str | None = None, subtitle: str 
             + "\n".join(parts) + "</body></html>")
 
 
-def figure_html(fig: go.Figure, first: bool = False) -> str:
-    """A figure's div; ``first`` inlines plotly.js with it (for pages written with plotly=None)."""
-    return fig.to_html(full_html=False, include_plotlyjs=bool(first), config={"displaylogo": False})
+def figure_html(fig, first: bool = False) -> str:
+    """A figure's div (a ``Chart`` or a plotly figure); ``first`` inlines plotly.js with it (for
+    pages written with plotly=None)."""
+    config = {"displaylogo": False}
+    if isinstance(fig, Chart):
+        return (plotlyjs.script_tag("inline") if first else "") + chart_html(fig, config)
+    return fig.to_html(full_html=False, include_plotlyjs=bool(first), config=config)
 
 
 def report_parts(result) -> list[str]:

@@ -72,3 +72,18 @@ def ordered_frame(cols: dict[str, np.ndarray]) -> pd.DataFrame:
         for name in COLUMNS:
             cols[name] = cols[name][order]
     return pd.DataFrame(cols, copy=False)
+
+
+def engine_rows(engine: np.ndarray) -> tuple[np.ndarray | None, dict[int, slice]]:
+    """Where each engine's steps are: ``(order, {engine: slice})`` with rows ``order[slice]``,
+    or ``order`` None where the rows are grouped by engine already (as ``frame`` makes them),
+    so each engine's steps are a plain slice: no sort, no copy."""
+    engine = np.asarray(engine)
+    if not len(engine):
+        return None, {}
+    order = None if len(engine) < 2 or bool(np.all(engine[1:] >= engine[:-1])) else np.argsort(engine, kind="stable")
+    grouped = engine if order is None else engine[order]
+    ids, first = np.unique(grouped, return_index=True)
+    ends = [*first[1:].tolist(), len(grouped)]
+    return order, {int(e): slice(int(a), int(b)) for e, a, b in zip(ids, first, ends, strict=True)}
+

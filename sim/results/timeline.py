@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from sim.results.plotstyle import nice_step
+from sim.results.steplog import engine_rows
 
 MAX_BINS = 400
 CONTIGUOUS_S = 1e-6  # a step starting within this of the previous one's end: no idle time between
@@ -151,13 +152,12 @@ def bin_run(steps: pd.DataFrame, requests: pd.DataFrame, eng: list[Engine], max_
         end = max(end, float(requests["completion"].max()))
     edges = bin_edges(end, max_bins)
     out = Binned(0.5 * (edges[1:] + edges[:-1]), {}, {}, {}, {}, {}, {}, float(edges[1] - edges[0]))
-    cols = {c: steps[c].to_numpy() for c in ("engine", "start", "duration", "decode_seqs", "prefill_tokens",
+    cols = {c: steps[c].to_numpy() for c in ("start", "duration", "decode_seqs", "prefill_tokens",
                                              "kv_blocks_used", "kv_blocks_cached", "queue_len")}
-    order = np.argsort(cols["engine"], kind="stable")  # each engine's steps together, in time order
-    by_engine = cols["engine"][order]
+    order, rows = engine_rows(steps["engine"].to_numpy())  # each engine's steps together, in time order
     for e in eng:
-        lo, hi = np.searchsorted(by_engine, [e.index, e.index + 1])
-        s = {c: v[order[lo:hi]] for c, v in cols.items()}
+        sl = rows.get(e.index, slice(0, 0))
+        s = {c: v[sl] if order is None else v[order[sl]] for c, v in cols.items()}
         clock = StepClock(s["start"], s["duration"], edges)
         cap = max(e.capacity, 1)
         out.decode[e.index] = clock.busy_mean(held_decodes(s["start"], s["duration"], s["decode_seqs"],
@@ -172,12 +172,12 @@ def bin_run(steps: pd.DataFrame, requests: pd.DataFrame, eng: list[Engine], max_
         for e in eng:
             first.setdefault(e.replica, e.index)
         engine_of = np.array([first.get(r, -1) for r in requests["replica"].to_numpy()])
+    scheduled = requests["first_scheduled"].to_numpy(float)
+    waited = ~np.isnan(scheduled) | (requests["status"] == "unfinished").to_numpy()
+    arrival, scheduled = requests["arrival"].to_numpy(float), np.nan_to_num(scheduled, nan=np.inf)
     for e in eng:
-        r = requests[engine_of == e.index]
-        waited = r["first_scheduled"].notna() | (r["status"] == "unfinished")
-        up = r["arrival"].to_numpy(float)[waited]
-        down = r["first_scheduled"].fillna(np.inf).to_numpy(float)[waited]
-        out.waiting[e.index] = mean_count(up, down, edges)
+        mine = waited & (engine_of == e.index)
+        out.waiting[e.index] = mean_count(arrival[mine], scheduled[mine], edges)
     return out
 
 

@@ -12,6 +12,7 @@ import plotly.graph_objects as go
 
 from sim.results import plotlyjs
 from sim.results.atomic import Staging
+from sim.results.chart import Chart
 from sim.results.fmt import numeric
 from sim.results.jsonsafe import json_safe as _clean
 from sim.results.plotstyle import color_map
@@ -294,10 +295,11 @@ def write_pngs(figs: dict[str, tuple[str, go.Figure]], folder: Path) -> list[str
     import plotly.io as pio
 
     names = list(figs)
+    # a report's Chart (sim.results.chart) is a plain figure dict here
+    plain = [f.to_dict() if isinstance(f, Chart) else f.to_plotly_json() for f in (figs[n][1] for n in names)]
     try:
-        pio.write_images([figs[n][1] for n in names], [folder / f"{n}.png" for n in names],
-                         width=1200, height=[figs[n][1].layout.height or 450 for n in names],
-                         scale=2)
+        pio.write_images(plain, [folder / f"{n}.png" for n in names], width=1200,
+                         height=[f["layout"].get("height") or 450 for f in plain], scale=2)
     except Exception as e:  # kaleido failure: the study's results still stand
         return [f"could not write PNG figures: {type(e).__name__}: {e}"]
     return []

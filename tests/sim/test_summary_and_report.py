@@ -134,14 +134,14 @@ def test_kv_splits_active_and_reclaimable_cached_blocks():
     r = simulate(load_scenario(REPO / "scenarios" / "shared-prompts.yaml", ["workload.num_requests=300"]))
     assert (r.steps["kv_blocks_cached"] > 0).any()
     fig, _ = timeline(r)
-    dotted = [t for t in fig.data if t.line.dash == "dot"]
-    assert dotted and "reclaimable" in fig.layout.annotations[2].text
+    dotted = [t for t in fig.data if t["line"]["dash"] == "dot"]
+    assert dotted and "reclaimable" in fig.layout["annotations"][2]["text"]
 
 
 def test_a_pipelined_replica_draws_each_virtual_engine():
     r = simulate(load_scenario(REPO / "scenarios" / "pipeline-parallel-70b.yaml", ["workload.num_requests=100"]))
     fig, note = timeline(r)
-    names = {t.name for t in fig.data}
+    names = {t["name"] for t in fig.data}
     assert names == {"replica 0 · virtual engine 0", "replica 0 · virtual engine 1"}
     assert "virtual engine" in note
 
@@ -149,11 +149,11 @@ def test_a_pipelined_replica_draws_each_virtual_engine():
 def test_many_replicas_get_a_selector_and_the_fleet():
     r = simulate(scenario_from_dict(small(replicas=6), "<t>"))
     fig, _ = timeline(r)
-    menu = fig.layout.updatemenus[0]
-    labels = [b.label for b in menu.buttons]
+    menu = fig.layout["updatemenus"][0]
+    labels = [b["label"] for b in menu["buttons"]]
     assert labels[0].startswith("all 6 engines") and labels[1] == "every engine" and "replica 5" in labels
-    visible = [t.visible is not False for t in fig.data]
-    assert sum(visible) == len([t for t in fig.data if t.name.startswith("all 6")])  # the fleet first
+    visible = [t["visible"] is not False for t in fig.data]
+    assert sum(visible) == len([t for t in fig.data if t["name"].startswith("all 6")])  # the fleet first
 
 
 def test_log_ticks_read_with_units():
