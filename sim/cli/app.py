@@ -117,8 +117,7 @@ def build_parser(extras: bool = True) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="servesim", description="Simulate LLM serving systems, and check the simulation "
         "against a real engine.")
-    p.add_argument("--version", action="version", version=f"servesim {version()}",
-                   help="print the version and exit")
+    p.add_argument("--version", action=VersionAction, help="print the version and exit")
     sub = p.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="simulate a scenario and write its results")
@@ -217,6 +216,17 @@ def trace_hint(path, message: str) -> str:
             break
         hint.append(t)
     return f"hint ({path}): " + " ".join(hint)
+
+
+class VersionAction(argparse.Action):
+    """``--version``, looked up only when asked for (package metadata costs a run 10 ms)."""
+
+    def __init__(self, option_strings, dest, **kw):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kw)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"servesim {version()}")
+        parser.exit()
 
 
 def version() -> str:
