@@ -79,6 +79,17 @@ def test_the_simulator_cli_never_imports_torch():
     assert p.returncode == 0, p.stderr
 
 
+def test_a_run_imports_neither_the_other_commands_nor_plotlys_figures(tmp_path):
+    # servesim run builds only its own commands (the study, engine, calibration and endpoint
+    # ones import far more than a run needs) and draws its report without plotly's objects
+    unwanted = ("sim.study.cli", "endpoint.cli", "calibration.cli", "engine.cli", "plotly.graph_objects")
+    code = (f"import sys; from sim.cli.app import main; main(['run', '--out', {str(tmp_path)!r}, '--set', "
+            f"'workload.num_requests=20']); extra = [m for m in {unwanted!r} if m in sys.modules]; "
+            "assert not extra, extra")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+
+
 def test_error_messages_keep_square_brackets(tmp_path, capsys):
     (tmp_path / "s.yaml").write_text(
         "workload:\n  classes:\n    - {name: a, num_requests: 5}\n    - {name: b, num_requests: 5, bogus: 1}\n")
