@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from sim.cli.console import console, err_console, finish_run, positive_int, progress_callback
+from sim.cli.startup import quiet, settle
 from sim.errors import InputError
 from sim.results import plotlyjs
 
@@ -29,6 +30,7 @@ def cmd_run(args) -> int:
         build.mark_used()
     from sim.loops.run import simulate
 
+    settle()
     bar, cb = progress_callback(len(workload))
     if args.profile_sim:
         import cProfile
@@ -249,10 +251,13 @@ def _extra_commands():
 
 
 def main(argv: list[str] | None = None) -> int:
+    quiet()  # until settle(): cmd_run's once its imports are done, any other command's now
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser(extras=not argv or argv[0] not in BUILTIN)
-    args = parser.parse_args(argv)
     try:
+        parser = build_parser(extras=not argv or argv[0] not in BUILTIN)
+        args = parser.parse_args(argv)
+        if args.func is not cmd_run:
+            settle()
         return args.func(args)
     except InputError as e:
         err_console.print(f"[red]error:[/] {escape(str(e))}", highlight=False)
@@ -273,6 +278,8 @@ def main(argv: list[str] | None = None) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    finally:
+        settle()
 
 
 if __name__ == "__main__":

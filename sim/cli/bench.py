@@ -28,6 +28,8 @@ from pathlib import Path
 
 from rich.table import Table
 
+from sim.cli.startup import quiet, settle
+
 ROOT = Path(__file__).resolve().parents[2]
 PROFILE = ROOT / "calibration" / "profiles" / "h100-llama-2-70b-tp2.json"
 SCENARIOS = ROOT / "scenarios"
@@ -49,6 +51,8 @@ class Measurement:
     simulate_s: float
     peak_mb: float
     steps: int
+    import_s: float = 0.0  # of wall_s: importing the simulator (numpy, pandas, numba, ...)
+    write_s: float = 0.0  # of wall_s: the tables, summary.json and report.html
 
     @property
     def rps(self) -> float:
@@ -82,18 +86,22 @@ def scenario_overrides(path: Path, requests: int, loop: str) -> list[str]:
 def _one(path: str | None, overrides: list[str], name: str, queue) -> None:
     try:
         t0 = time.perf_counter()
+        quiet()  # as servesim run starts (sim/cli/startup.py)
         from sim.loops.run import simulate
         from sim.results.write import write_results
         from sim.scenario.schema import load_scenario
 
+        imported = time.perf_counter()
         scenario = load_scenario(path, overrides)
+        settle()
         result = simulate(scenario)
+        simulated = time.perf_counter()
         with tempfile.TemporaryDirectory() as out:
             write_results(result, out)
-        wall = time.perf_counter() - t0
+        end = time.perf_counter()
         peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        queue.put(Measurement(name, result.loop, len(result.requests), wall, result.wall_s, peak_mb,
-                              result.summary["steps"]))
+        queue.put(Measurement(name, result.loop, len(result.requests), end - t0, result.wall_s, peak_mb,
+                              result.summary["steps"], imported - t0, end - simulated))
     except BaseException as e:
         queue.put(f"{type(e).__name__}: {e}")
 
@@ -179,7 +187,8 @@ def run_bench(args) -> int:
     if args.format == "json":
         print(json.dumps({"runs": records, **extra}, indent=2))
         return 0
-    columns = ["name", "loop", "requests", "steps", "wall_s", "req_per_s", "simulate_req_per_s", "peak_mb",
+    columns = ["name", "loop", "requests", "steps", "wall_s", "import_s", "simulate_s", "write_s", "req_per_s",
+               "simulate_req_per_s", "peak_mb",
                *(["meets_20k"] if args.scenarios is not None else [])]
     print_rows(Table(*columns, title="servesim bench (simulated requests per wall-second, end to end)"),
                [[_cell(r[c]) for c in columns] for r in records], args.format)

@@ -90,6 +90,19 @@ def test_a_run_imports_neither_the_other_commands_nor_plotlys_figures(tmp_path):
     assert p.returncode == 0, p.stderr
 
 
+def test_start_up_freezes_what_the_imports_left_and_collects_again_after(tmp_path):
+    # sim/cli/startup.py: no collection while importing; then the imports' objects are frozen and
+    # the collector is back on, for a run, a failing run and any other command alike
+    code = ("import gc, sys; from sim.cli.app import main; "
+            f"main(['run', '--out', {str(tmp_path / 'a')!r}, '--set', 'workload.num_requests=20']); "
+            "n = gc.get_freeze_count(); assert gc.isenabled() and n > 100_000, n; "
+            f"assert main(['run', '--out', {str(tmp_path / 'b')!r}, '--set', 'workload.bogus=1']) == 2; "
+            "assert gc.isenabled() and gc.get_freeze_count() <= n; "  # frozen once per process
+            "main(['list', 'gpus']); assert gc.isenabled()")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+
+
 def test_error_messages_keep_square_brackets(tmp_path, capsys):
     (tmp_path / "s.yaml").write_text(
         "workload:\n  classes:\n    - {name: a, num_requests: 5}\n    - {name: b, num_requests: 5, bogus: 1}\n")
