@@ -74,3 +74,26 @@ def test_read_runs_keeps_the_gaps_and_the_diagnosis_names_the_plain_steps(tmp_pa
     assert decode_diagnosis([]) == [] and decode_diagnosis([{"n": 0}]) == []
     assert decode_diagnosis([{"n": 0}, {"n": 2, "measured_mean_s": 0.04, "priced_mean_s": 0.04, "rel_diff": 0.0}])[0] \
         .startswith("plain decode steps: run 2: the profile prices 40.0 ms")
+
+
+def test_the_results_readme_shows_plain_decode_per_run_apart_from_what_is_off():
+    import json
+    from pathlib import Path
+
+    from benchmarks.endpoint_validation import readme
+
+    summary = json.loads((Path(__file__).parents[2] / "benchmarks/results/vllm-cpu/summary.json").read_text())
+    row = dict(summary["workloads"][0], workload="w", diagnosis=[
+        "E2E: median error 6.6%", "decode: simulated 2184 ms vs measured 2440 ms per request (-8.5% of E2E)",
+        "plain decode steps: the profile prices 37.7 ms ..."],
+        decode_steps=[{"n": 5, "rel_diff": -0.095}, {"n": 0}, {"n": 7, "rel_diff": 0.066}])
+    old = {k: v for k, v in row.items() if k != "decode_steps"} | {"workload": "old"}  # an older summary's row
+    lines = readme({**summary, "workloads": [row, old]}).splitlines()
+    header = next(line for line in lines if line.startswith("| workload"))
+    cells = [c.strip() for c in next(line for line in lines if line.startswith("| w |")).split("|")[1:-1]]
+    assert len(cells) == header.count("|") - 1
+    col = [c.strip() for c in header.split("|")[1:-1]].index("plain decode")
+    assert cells[col] == "-9.5% / +6.6%"
+    assert cells[-1] == "decode: simulated 2184 ms vs measured 2440 ms per request (-8.5% of E2E)"
+    old_cells = [c.strip() for c in next(line for line in lines if line.startswith("| old |")).split("|")[1:-1]]
+    assert old_cells[col] == "–"
