@@ -147,6 +147,8 @@ def row_of(name: str, v, out: Path) -> dict:
     row["diagnosis"] = j["diagnosis"]
     row["breakdown"] = j["breakdown"]
     row["client_overhead"] = j["client_overhead"]
+    row["decode_steps"] = [{k: d.get(k) for k in ("n", "measured_mean_s", "priced_mean_s", "rel_diff")}
+                           for d in j.get("decode_steps", [])]
     return row
 
 
@@ -208,7 +210,12 @@ def readme(summary: dict) -> str:
              "runs' own difference where that is larger (*met* / *missed* below). *What is off*: the "
              "stage whose simulated mean differs most from the measured one (vLLM's `/metrics`: prefill = "
              "scheduled → first token, decode = first → last token; wait = the rest of the client's E2E: "
-             "queueing and the API path), as a share of the measured mean E2E.", "",
+             "queueing and the API path), as a share of the measured mean E2E. *Plain decode*: the "
+             "measured runs' decode steps that no prefill shared (read off the token times: batch = the "
+             "requests decoding, context = theirs), the profile's price for the same batch and context "
+             "against the measured mean (run 1 / run 2; `python -m endpoint.decode_steps DIR` lists them "
+             "by batch): one figure for every shape, changing from workload to workload, is the server's "
+             "speed during the run rather than the fit's shape.", "",
              f"- vLLM {summary['server'].get('version')} CPU build, `{' '.join(vllm.ARGS)}`; "
              f"server start {summary['server_start_s']:.0f} s",
              f"- machine load average (1/5/15 min) before {summary['load_before']}, after {summary['load_after']}",
@@ -222,8 +229,8 @@ def readme(summary: dict) -> str:
              "second measured run against the first (median per request); *adj.*: E2E error with the "
              "simulation slowed by the server's drift since calibration (speed probe).", "",
              "| workload | n | E2E err | E2E spread | E2E adj. | TTFT err | TTFT spread | TPOT err | TPOT spread "
-             "| speed | E2E target | TTFT target | what is off |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| speed | plain decode | E2E target | TTFT target | what is off |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def pct(x):
         return "–" if x is None else f"{x:.1%}"
@@ -231,11 +238,12 @@ def readme(summary: dict) -> str:
     for r in summary["workloads"]:
         e_ok = r["e2e_error"] <= max(TARGETS["e2e"], r["e2e_spread"] or 0)
         t_ok = r["ttft_error"] <= max(TARGETS["ttft"], r["ttft_spread"] or 0)
-        off = "; ".join(d for d in r["diagnosis"] if not d.startswith(("TTFT", "TPOT", "E2E")))[:160]
+        off = "; ".join(d for d in r["diagnosis"] if not d.startswith(("TTFT", "TPOT", "E2E", "plain decode")))[:160]
+        plain = " / ".join(f"{d['rel_diff']:+.1%}" for d in r.get("decode_steps", []) if d.get("n")) or "–"
         lines.append(f"| {r['workload']} | {r['requests']} | {pct(r['e2e_error'])} | {pct(r['e2e_spread'])} | "
                      f"{pct(r['e2e_adjusted'])} | {pct(r['ttft_error'])} | {pct(r['ttft_spread'])} | "
                      f"{pct(r['tpot_error'])} | {pct(r['tpot_spread'])} | "
-                     f"{(r['speed_ratio'] or 1) - 1:+.0%} | {'met' if e_ok else 'missed'} | "
+                     f"{(r['speed_ratio'] or 1) - 1:+.0%} | {plain} | {'met' if e_ok else 'missed'} | "
                      f"{'met' if t_ok else 'missed'} | {off or '–'} |")
     cc = summary.get("crosscheck")
     if cc:

@@ -50,6 +50,7 @@ class MeasuredRun:
     client: dict[str, float]  # the client's overhead
     duration_s: float
     mode: str  # open or closed
+    itl: pd.DataFrame | None = None  # its inter-token gaps (request_id, token_index, gap_s)
 
 
 def measured_result(scenario, run: MeasuredRun) -> RunResult:
@@ -91,7 +92,7 @@ def validate(scenario, profile_path: str | Path, url: str, model: str, *, source
             write_run(out / f"run{k + 1}", res, req, itl_frame(res),
                       {"scenario": scenario.name, "endpoint": url, "model": model, "server_stages": stages,
                        "duration_s": res.duration_s})
-        runs.append(MeasuredRun(req, stages, res.client, res.duration_s, res.mode))
+        runs.append(MeasuredRun(req, stages, res.client, res.duration_s, res.mode, itl_frame(res)))
     after = speed_probe(prober)
     context = {"url": url, "model": model, "api": api,
                "speed_probe": {"before": before, "after": after, "design": probe_design()}}
@@ -109,8 +110,9 @@ def read_runs(folder: Path) -> list[MeasuredRun]:
         meta = json.loads((d / "summary.json").read_text())
         duration = meta.get("duration_s") or meta["bench"]["duration_s"]
         mode = meta.get("mode", "measured (open loop)").split("(")[-1].split()[0]
+        itl = pd.read_parquet(d / "itl.parquet") if (d / "itl.parquet").is_file() else None
         runs.append(MeasuredRun(pd.read_parquet(d / "requests.parquet"), meta.get("server_stages") or {},
-                                meta.get("client_overhead") or {}, float(duration), mode))
+                                meta.get("client_overhead") or {}, float(duration), mode, itl))
         k += 1
     return runs
 
@@ -186,6 +188,7 @@ def compare(scenario, profile_path: str | Path, runs: list[MeasuredRun], context
                         "wait_s": real_stages["e2e_s"] - stages["prefill_s"] - stages["decode_s"]}
     stages_cmp = breakdown(real_stages, stage_means(sim.requests))
     errors = error_stats(joined)
+    decode = decode_steps(sim_sc, runs)
     warnings += [f"simulation: {w}" for w in sim.warnings]
     ratio = machine.get("speed_ratio", 1.0)
     if abs(ratio - 1) > 0.1:
@@ -194,6 +197,30 @@ def compare(scenario, profile_path: str | Path, runs: list[MeasuredRun], context
                         "error is the server's drift, not the model")
     return Validation(real, sim, joined, errors, summary_diff(real.summary, sim.summary), {"n": 0}, warnings,
                       profile, machine, adjusted, repeat, errors_repeat, spread_, stages_cmp,
-                      diagnose(errors, spread_, stages_cmp),
+                      diagnose(errors, spread_, stages_cmp) + decode_diagnosis(decode),
                       {"endpoint": {**context, "repeats": len(runs), "loop": first.mode},
-                       "client_overhead": [r.client for r in runs]})
+                       "client_overhead": [r.client for r in runs], "decode_steps": decode})
+
+
+def decode_steps(sim_scenario, runs: list[MeasuredRun]) -> list[dict]:
+    """Each run's plain decode steps (read off its token times), measured against the
+    profile's price for the same batch and context (``endpoint.decode_steps``): whether the
+    decode is off by its shape or by the server's speed during the run."""
+    from endpoint.decode_steps import compare_steps, decode_gaps
+    from sim.pricing import make_cost_model
+
+    if not any(r.itl is not None for r in runs):
+        return []
+    cost = make_cost_model(sim_scenario)
+    return [compare_steps(cost, decode_gaps(r.requests, r.itl)) if r.itl is not None else {"n": 0} for r in runs]
+
+
+def decode_diagnosis(decode: list[dict]) -> list[str]:
+    runs = [(k + 1, d) for k, d in enumerate(decode) if d.get("n")]
+    if not runs:
+        return []
+    k, d = runs[0]
+    more = "".join(f"; run {j}: {r['rel_diff']:+.1%}" for j, r in runs[1:])
+    first = "" if k == 1 else f"run {k}: "
+    return [f"plain decode steps: {first}the profile prices {d['priced_mean_s'] * 1e3:.1f} ms for the measured batches "
+            f"and contexts, measured {d['measured_mean_s'] * 1e3:.1f} ms ({d['rel_diff']:+.1%}{more})"]

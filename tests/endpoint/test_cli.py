@@ -76,3 +76,9 @@ def test_calibrate_then_validate_against_a_known_server(fake_server, tmp_path):
         assert v["endpoint"]["loop"] == ("closed" if arrival["process"] == "closed" else "open")
         assert (out / "report.html").is_file() and (out / "run2" / "itl.parquet").is_file()
         assert len(pd.read_parquet(out / "run1" / "requests.parquet")) == 24
+        # both runs' plain decode steps, priced by the calibrated profile for their batch sizes:
+        # the fake's step cost is the profile's kind, so price and measurement agree
+        steps = v["decode_steps"]
+        assert len(steps) == 2 and all(d["n"] > 20 for d in steps)
+        assert all(abs(d["rel_diff"]) < 0.25 for d in steps), steps
+        assert any(line.startswith("plain decode steps:") for line in v["diagnosis"])
