@@ -82,8 +82,8 @@ def readme(summary: dict) -> str:
     lines = ["# servesim against its own engine (tiny-llama-12m, CPU, 1 torch thread)", "",
              "Written by `benchmarks/validation_bench.py` on a shared 2-core machine. To reproduce (about "
              f"{summary['total_s'] / 60:.0f} minutes):", "",
-             "```bash", f".venv/bin/python benchmarks/validation_bench.py --repeats {summary['repeats']} "
-             f"--idle {' '.join(summary['idle'])} --commit", "```", "",
+             "```bash", f".venv/bin/python benchmarks/validation_bench.py {'--quick ' if summary.get('quick') else ''}"
+             f"--repeats {summary['repeats']} --idle {' '.join(summary['idle'])} --commit", "```", "",
              "Per cell the scenario runs on the engine twice (the same requests); the simulation of the first "
              "run's requests is compared per request with the first run (*err*), the second run with the first "
              "gives the measurement's own *spread*, and *adj.* is the error once every simulated step is slowed by "
@@ -149,7 +149,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     summary: dict = {"load_before": [round(x, 2) for x in os.getloadavg()], "repeats": args.repeats,
-                     "idle": args.idle, "cells": []}
+                     "quick": args.quick, "idle": args.idle, "cells": []}
     t0 = time.perf_counter()
     if args.profile:
         profile_path = Path(args.profile)
