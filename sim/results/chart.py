@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import hashlib
 import itertools
 import json
 from typing import Any
@@ -22,7 +23,6 @@ import numpy as np
 
 from sim.results.plotstyle import GRID
 
-_ids = itertools.count()
 DTYPES = {np.dtype(np.float32): "f4", np.dtype(np.float64): "f8", np.dtype(np.int32): "i4"}
 
 # What the reports take from plotly's "plotly_white" template, set explicitly.
@@ -129,12 +129,12 @@ class Chart:
 
 def chart_html(chart: Chart, config: dict | None = None) -> str:
     """The chart's div and the script that draws it (plotly.js loaded by the page)."""
-    div = f"servesim-chart-{next(_ids)}"
     height = chart.layout.get("height")
     style = f"height:{height}px; width:100%;" if height else "width:100%;"
     # a JavaScript literal, not JSON: NaN is allowed there
     spec = json.dumps({"data": chart.data, "layout": chart.layout, "config": config or {}},
                       separators=(",", ":"), default=_plain).replace("</", "<\\/")
+    div = "chart-" + hashlib.sha1(spec.encode()).hexdigest()[:16]  # the same run, the same page
     return (f"<div id='{div}' class='plotly-graph-div' style='{style}'></div><script type='text/javascript'>"
             f"(function(){{var f={spec};if(window.Plotly)Plotly.newPlot('{div}',f.data,f.layout,"
             "Object.assign({responsive:true},f.config));})();</script>")

@@ -65,3 +65,12 @@ def test_the_page_script_cannot_be_closed_by_a_name():
     assert page.count("</script>") == 1 and "<\\/script>" in page and "height:300px" in page
     spec = re.search(r"var f=(\{.*\});if", page).group(1)
     assert json.loads(spec)["layout"]["note"] == 0.5
+
+
+def test_the_same_run_writes_the_same_report(tmp_path):
+    from sim.cli.app import main
+
+    for name in ("a", "b"):  # in one process: nothing page-global (a counter, a random id) leaks in
+        assert main(["run", "--out", str(tmp_path / name), "--set", "workload.num_requests=100"]) == 0
+    assert (tmp_path / "a" / "report.html").read_bytes() == (tmp_path / "b" / "report.html").read_bytes()
+
