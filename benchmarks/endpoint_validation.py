@@ -132,17 +132,12 @@ def resimulate_one(name: str, sc, profile: Path, out: Path) -> dict:
 
 
 def row_of(name: str, v, out: Path) -> dict:
+    from calibration.validate import metric_figures
     from endpoint.cli import write_validation
 
     write_validation(v, out / name)
     j = v.to_json()
-    row = {"workload": name, "requests": len(v.joined), "loop": j["endpoint"]["loop"]}
-    for m in ("e2e", "ttft", "tpot"):
-        row[f"{m}_error"] = j["errors"][m]["median"]
-        row[f"{m}_bias"] = j["errors"][m]["bias"]
-        row[f"{m}_error_vs_run2"] = (j["errors_vs_repeat"].get(m) or {}).get("median")
-        row[f"{m}_spread"] = (j["run_to_run_spread"].get(m) or {}).get("median")
-        row[f"{m}_adjusted"] = (j["errors_speed_adjusted"].get(m) or {}).get("median")
+    row = {"workload": name, "requests": len(v.joined), "loop": j["endpoint"]["loop"], **metric_figures(j)}
     row["speed_ratio"] = j["machine"].get("speed_ratio")
     row["diagnosis"] = j["diagnosis"]
     row["breakdown"] = j["breakdown"]

@@ -50,15 +50,11 @@ def scenario(model: str, policy: str, load: str, requests: int, seed: int):
 
 def row_of(name: str, idle: str, mode: str, j: dict) -> dict:
     """One cell's figures from its validation.json."""
+    from calibration.validate import metric_figures
+
     row = {"cell": name, "idle": idle, "cost_mode": mode, "requests": j["requests"]["joined"],
            "speed_ratio": j["machine"].get("speed_ratio"), "diagnosis": j["diagnosis"],
-           "breakdown": j["breakdown"], "steps": j["steps"]}
-    for m in ("e2e", "ttft", "tpot"):
-        row[f"{m}_error"] = j["errors"][m]["median"]
-        row[f"{m}_bias"] = j["errors"][m]["bias"]
-        row[f"{m}_spread"] = (j["run_to_run_spread"].get(m) or {}).get("median")
-        row[f"{m}_adjusted"] = (j["errors_speed_adjusted"].get(m) or {}).get("median")
-        row[f"{m}_error_vs_run2"] = (j["errors_vs_repeat"].get(m) or {}).get("median")
+           "breakdown": j["breakdown"], "steps": j["steps"], **metric_figures(j)}
     row["targets"] = verdicts(row)
     return row
 

@@ -58,6 +58,20 @@ class Validation:
         })
 
 
+def metric_figures(j: dict) -> dict[str, float | None]:
+    """A validation.json's per-metric figures as a benchmark table shows them: for E2E, TTFT and
+    TPOT, the median error and bias, the second measured run's error and the runs' spread, and
+    the error adjusted for the machine's drift."""
+    row: dict[str, float | None] = {}
+    for m in ("e2e", "ttft", "tpot"):
+        row[f"{m}_error"] = j["errors"][m]["median"]
+        row[f"{m}_bias"] = j["errors"][m]["bias"]
+        row[f"{m}_spread"] = (j["run_to_run_spread"].get(m) or {}).get("median")
+        row[f"{m}_adjusted"] = (j["errors_speed_adjusted"].get(m) or {}).get("median")
+        row[f"{m}_error_vs_run2"] = (j["errors_vs_repeat"].get(m) or {}).get("median")
+    return row
+
+
 def check_profile(profile: Profile, path: str, device: str, dtype: str, threads: int | None,
                   device_name: str) -> list[str]:
     """Errors for a profile of another kind of device; warnings for a different one."""
