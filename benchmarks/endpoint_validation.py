@@ -76,6 +76,16 @@ def load_avg() -> list[float]:
     return list(os.getloadavg())
 
 
+def pin_client(cpu: int | None) -> list[int] | None:
+    """Keep this process (the load generator, and ``vllm bench serve`` it starts) on ``cpu``,
+    the core vLLM-CPU leaves to its API server, so the client never takes the core the model
+    runs on (its OpenMP threads are bound to the others). None: leave it to the OS."""
+    if cpu is None or not hasattr(os, "sched_setaffinity"):
+        return None
+    os.sched_setaffinity(0, {cpu})
+    return sorted(os.sched_getaffinity(0))
+
+
 def scenario(name: str, fragment: dict, workload: dict, base: Path, prefix_caching: bool = False):
     from sim.scenario.schema import scenario_from_dict
 
@@ -214,6 +224,8 @@ def readme(summary: dict) -> str:
              f"- vLLM {summary['server'].get('version')} CPU build, `{' '.join(vllm.ARGS)}`; "
              f"server start {summary['server_start_s']:.0f} s",
              f"- machine load average (1/5/15 min) before {summary['load_before']}, after {summary['load_after']}",
+             "- load generator " + (f"pinned to CPU {summary['client_cpus']}, the core vLLM leaves to its API server"
+                                    if summary.get("client_cpus") else "not pinned (the OS places it)"),
              f"- calibration: {cal['seconds']:.0f} s; inferred scheduler {cal['scheduler']}, "
              f"{cal['kv_blocks']} KV blocks; per-request overhead {cal['request_overhead_s'] * 1e3:.1f} ms; "
              f"fit median error {cal['fit']['median_abs_rel_error']:.1%}; saturation measured "
@@ -264,6 +276,9 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="quick calibration, fewer requests")
     p.add_argument("--out", default=str(REPO / "results" / "endpoint-validation"))
     p.add_argument("--port", type=int, default=8011)
+    p.add_argument("--client-cpu", type=int, default=(os.cpu_count() or 1) - 1 if (os.cpu_count() or 1) > 1 else None,
+                   help="pin the load generator to this CPU once the server is up (default: the last one, "
+                        "which vLLM-CPU leaves to its API server); -1: do not pin")
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--only", nargs="*", default=None, help="workloads to run (default: all)")
     p.add_argument("--no-crosscheck", action="store_true")
@@ -305,6 +320,7 @@ def main(argv=None) -> int:
     with vllm.start(args.port, out / "server.log") as srv:
         summary["server_start_s"] = srv.started_s
         summary["server"] = identity(srv.url)
+        summary["client_cpus"] = pin_client(None if args.client_cpu is None or args.client_cpu < 0 else args.client_cpu)
         print(f"vLLM up in {srv.started_s:.0f} s; calibrating ...", flush=True)
         if args.profile:  # reuse a calibration (its scenario fragment beside it)
             profile = Path(args.profile)

@@ -51,6 +51,13 @@ class Server:
         self.stop()
 
 
+def _every_cpu() -> None:
+    """The server may use every core, whatever its starter is pinned to (vLLM-CPU binds its
+    model's threads itself, to the cores its affinity allows)."""
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, range(os.cpu_count() or 1))
+
+
 def start(port: int, log: Path, prefix_caching: bool = False, extra: list[str] = (),
           timeout_s: float = 300) -> Server:
     why = installed()
@@ -63,7 +70,7 @@ def start(port: int, log: Path, prefix_caching: bool = False, extra: list[str] =
     t0 = time.perf_counter()
     f = open(log, "w")  # noqa: SIM115 (the server's lifetime)
     proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True,
-                            env={**os.environ, "VLLM_LOGGING_LEVEL": "INFO"})
+                            env={**os.environ, "VLLM_LOGGING_LEVEL": "INFO"}, preexec_fn=_every_cpu)
     url = f"http://127.0.0.1:{port}"
     server = Server(proc, url, log, 0.0)
     while time.perf_counter() - t0 < timeout_s:
