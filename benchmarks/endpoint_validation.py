@@ -276,9 +276,10 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="quick calibration, fewer requests")
     p.add_argument("--out", default=str(REPO / "results" / "endpoint-validation"))
     p.add_argument("--port", type=int, default=8011)
-    p.add_argument("--client-cpu", type=int, default=(os.cpu_count() or 1) - 1 if (os.cpu_count() or 1) > 1 else None,
-                   help="pin the load generator to this CPU once the server is up (default: the last one, "
-                        "which vLLM-CPU leaves to its API server); -1: do not pin")
+    p.add_argument("--client-cpu", type=int, default=None,
+                   help="pin the load generator to this CPU once the server is up (vLLM-CPU leaves the last "
+                        "one to its API server); default: not pinned (a run pinned to CPU 1 fared no better: "
+                        "benchmarks/results/vllm-cpu/README.md)")
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--only", nargs="*", default=None, help="workloads to run (default: all)")
     p.add_argument("--no-crosscheck", action="store_true")
@@ -320,7 +321,7 @@ def main(argv=None) -> int:
     with vllm.start(args.port, out / "server.log") as srv:
         summary["server_start_s"] = srv.started_s
         summary["server"] = identity(srv.url)
-        summary["client_cpus"] = pin_client(None if args.client_cpu is None or args.client_cpu < 0 else args.client_cpu)
+        summary["client_cpus"] = pin_client(args.client_cpu)
         print(f"vLLM up in {srv.started_s:.0f} s; calibrating ...", flush=True)
         if args.profile:  # reuse a calibration (its scenario fragment beside it)
             profile = Path(args.profile)
