@@ -2,12 +2,12 @@
 straight into the page for plotly.js to draw.
 
 A run's report draws a handful of charts, but plotly's Python figure objects validate every
-property as it is set; for a report that cost more than simulating a few thousand requests (0.3 s
-of a 2,000-request run, 1 s of a million-request one). A ``Chart`` holds the same figure as
-dicts, lays out a grid of subplots the way ``plotly.subplots.make_subplots`` does, and carries
-numbers as typed arrays (base64, as plotly itself sends them), so NaN gaps survive and a page
-stays small. Study and calibration pages, which are not on a run's path, keep plotly's objects;
-``figure_html`` draws either.
+property as it is set; for a report that cost more than simulating a few thousand requests
+(0.2 s of a warm 2,000-request run, against 0.03 s for the same charts as dicts). A ``Chart``
+holds the same figure as dicts, lays out a grid of subplots the way
+``plotly.subplots.make_subplots`` does, and carries numbers as typed arrays (base64, as plotly
+itself sends them), so NaN gaps survive and a page stays small. Study and calibration pages,
+which are not on a run's path, keep plotly's objects; ``figure_html`` draws either.
 """
 
 from __future__ import annotations

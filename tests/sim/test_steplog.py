@@ -31,3 +31,17 @@ def test_a_runs_steps_come_engine_by_engine_in_time_order():
     assert all(g["start"].is_monotonic_increasing for _, g in s.groupby("engine"))
     cap = (s["kv_blocks_used"] / s["kv_utilization"]).round(6)
     assert cap[s["kv_blocks_used"] > 0].groupby(s["engine"]).nunique().eq(1).all()
+
+
+def test_parquet_dictionary_encodes_the_repeating_columns_not_the_times(tmp_path):
+    import pyarrow.parquet as pq
+
+    from sim.cli.app import main
+
+    assert main(["run", "--out", str(tmp_path), "--set", "workload.num_requests=200"]) == 0
+    meta = pq.ParquetFile(tmp_path / "steps.parquet").metadata
+    group = meta.row_group(0)
+    encoded = {group.column(i).path_in_schema: group.column(i).encodings for i in range(group.num_columns)}
+    dictionary = {name for name, enc in encoded.items() if any("DICTIONARY" in e for e in enc)}
+    assert {"engine", "num_seqs", "queue_len"} <= dictionary
+    assert not {"start", "duration", "kv_utilization"} & dictionary
