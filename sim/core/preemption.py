@@ -7,7 +7,7 @@ from __future__ import annotations
 from sim.core import kvblocks as kv
 from sim.core import queues
 from sim.core.admission import WAITING, join_running
-from sim.core.jit import jit
+from sim.core.jit import jit, leaf
 from sim.core.state import (
     P_BLOCK_SIZE,
     P_SPEC_K,
@@ -23,6 +23,13 @@ from sim.core.state import (
 )
 
 
+@leaf
+def _short(tokens, blocks, bs):
+    """The blocks missing for ``tokens`` tokens when ``blocks`` are held (most steps: none, found
+    without dividing)."""
+    return kv.blocks_for(tokens, bs) - blocks if tokens > blocks * bs else 0
+
+
 @jit
 def grow(c, e, first):
     """Give plan rows ``first``.. the blocks their new tokens need (and speculative drafts'),
@@ -34,10 +41,7 @@ def grow(c, e, first):
     while True:
         total = 0
         for i in range(first, c.es[e, S_PN]):
-            rid = ids[i]
-            need = kv.blocks_for(num_computed[rid] + new[i] + ahead, bs) - num_blocks[rid]
-            if need > 0:
-                total += need
+            total += _short(num_computed[ids[i]] + new[i] + ahead, num_blocks[ids[i]], bs)
         if total <= kv.available(c, e) or c.es[e, S_NRUN] == 0:
             break
         victim = c.running[e, c.es[e, S_NRUN] - 1]
@@ -53,9 +57,7 @@ def grow(c, e, first):
         kv.allocate(c, e, total)
         for i in range(first, c.es[e, S_PN]):
             rid = ids[i]
-            need = kv.blocks_for(num_computed[rid] + new[i] + ahead, bs) - num_blocks[rid]
-            if need > 0:
-                num_blocks[rid] += need
+            num_blocks[rid] += _short(num_computed[rid] + new[i] + ahead, num_blocks[rid], bs)
 
 
 @jit

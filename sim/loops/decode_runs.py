@@ -93,8 +93,8 @@ def decode_run(c, costs, L, e, now, end, horizon):
     h = r.num_blocks[ids]  # blocks held for step 1
     rem = r.output_len[ids] - r.num_generated[ids]  # a row's last step
     grow_at = h * bs - c0 + 1  # the first step that needs a new block, then every bs steps
-    by_growth = np.argsort(grow_at, kind="stable")
-    by_end = np.argsort(rem, kind="stable")  # ties stay in running order
+    by_growth = _stable_order(grow_at)
+    by_end = _stable_order(rem)  # ties stay in running order
     live = np.ones(n, dtype=np.bool_)
     growing = np.zeros(n, dtype=np.bool_)
     cnt = np.zeros(bs, dtype=np.int64)  # growing rows by the residue of their first growth step
@@ -169,6 +169,21 @@ def decode_run(c, costs, L, e, now, end, horizon):
         if not t < horizon or c.g[G_LOG_N] == LOG_ROWS:
             _leave(c, e, ids, c0, h, live, j, t_prev, bs, True)
             return t
+
+
+@jit
+def _stable_order(x):
+    """``np.argsort(x, kind="stable")``; by insertion for a few rows (no work arrays)."""
+    if x.shape[0] > 32:
+        return np.argsort(x, kind="stable")
+    order = np.arange(x.shape[0])
+    for i in range(1, x.shape[0]):
+        j, v = i, order[i]
+        while j > 0 and x[order[j - 1]] > x[v]:
+            order[j] = order[j - 1]
+            j -= 1
+        order[j] = v
+    return order
 
 
 @jit

@@ -21,7 +21,7 @@ from sim.pricing.profiled import (
     points_of,
     profile_time,
 )
-from sim.pricing.roofline import NUM_PARAMS, roofline_time
+from sim.pricing.roofline import NUM_OPS, ROW_SIZE, roofline_time
 
 ROOFLINE = 0
 
@@ -32,8 +32,8 @@ class Costs(NamedTuple):
     ``scale`` every step is multiplied by (1: as priced)."""
 
     mode: np.ndarray  # i8 [E]
-    params: np.ndarray  # f8 [E, NUM_PARAMS]
-    draft: np.ndarray  # f8 [E, NUM_PARAMS] (zeros: no draft model)
+    params: np.ndarray  # f8 [E, ROW_SIZE]
+    draft: np.ndarray  # f8 [E, ROW_SIZE] (zeros: no draft model)
     overhead: np.ndarray  # f8 [E] a profile's per-step overhead
     tab: np.ndarray  # f8 [E, tables, 2, points]
     tab_n: np.ndarray  # i8 [E, tables]
@@ -41,6 +41,7 @@ class Costs(NamedTuple):
     fit_x: np.ndarray  # i8 [E, fits, features]
     fit_n: np.ndarray  # i8 [E, fits]
     scale: np.ndarray  # f8 [E]
+    ops: np.ndarray  # f8 [NUM_OPS] room for a step's operations (no value kept between steps)
 
 
 CostsType, CostsRef = struct("Costs", Costs._fields, __name__)
@@ -60,7 +61,7 @@ def price(c, e, s):
     """Seconds of engine ``e``'s step of shape ``s``, and the profile counters it extrapolated
     (bits of COUNTERS; 0 for the roofline)."""
     if c.mode[e] == ROOFLINE:
-        t = roofline_time(c.params[e], c.draft[e], s)
+        t = roofline_time(c.params[e], c.draft[e], s, c.ops)
         flags = 0
     else:
         t, flags = profile_time(c.mode[e], c.overhead[e], c.tab[e], c.tab_n[e], c.fit[e], c.fit_x[e], c.fit_n[e],
@@ -80,13 +81,13 @@ def encode(costs: list, scale: float | list[float] = 1.0) -> Costs:
     """One row per engine, from each engine's cost model (RooflineCost or ProfiledCost)."""
     E = len(costs)
     points = max([2] + [points_of(c.profile) for c in costs if isinstance(c, ProfiledCost)])
-    out = Costs(mode=np.zeros(E, dtype=np.int64), params=np.zeros((E, NUM_PARAMS)),
-                draft=np.zeros((E, NUM_PARAMS)), overhead=np.zeros(E),
+    out = Costs(mode=np.zeros(E, dtype=np.int64), params=np.zeros((E, ROW_SIZE)),
+                draft=np.zeros((E, ROW_SIZE)), overhead=np.zeros(E),
                 tab=np.zeros((E, len(TABLES), 2, points)), tab_n=np.zeros((E, len(TABLES)), dtype=np.int64),
                 fit=np.zeros((E, len(FITS), 2, NUM_FEATURES)), fit_x=np.zeros((E, len(FITS), NUM_FEATURES),
                                                                               dtype=np.int64),
                 fit_n=np.zeros((E, len(FITS)), dtype=np.int64), scale=np.broadcast_to(
-                    np.asarray(scale, dtype=np.float64), (E,)).copy())
+                    np.asarray(scale, dtype=np.float64), (E,)).copy(), ops=np.zeros(NUM_OPS))
     for e, cost in enumerate(costs):
         roofline = cost.roofline if isinstance(cost, ProfiledCost) else cost
         out.params[e] = roofline.params

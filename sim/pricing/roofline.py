@@ -41,8 +41,17 @@ BUS_FRACTION = 0.8  # an all-reduce's bus bandwidth as a share of the link's (nc
 (OVERHEAD, QKV_F, QKV_B0, QKV_B1, O_F, O_B0, O_B1, MLP_F, MLP_B0, MLP_B1, PRE_F, PRE_B, DEC_F, DEC_B, REST,
  LM_F, LM_B, TP, LAYERS, HIDDEN, ABYTES, LINK, COLL_LATENCY, IS_MOE, EXPERTS, TOPK, EXPERT_PARAMS, WBYTES,
  FLOPS, BANDWIDTH, EXPERT_PARALLEL, KV_TOKEN_GPU, HOST_BW, OVERLAP, LM_OVERLAP, ROW_OVERHEAD, LAYER_FIXED,
- DEC_ROW, EAGER_FIXED) = range(39)
-NUM_PARAMS = 39
+ DEC_ROW, EAGER_FIXED, MEMO_N) = range(40)
+NUM_PARAMS = 40
+# Decode steps repeat a few token counts millions of times, and each GEMM's smooth maximum costs
+# two pow calls. The row ends with a memo: for 0 to MEMO_N - 1 tokens, the seconds of the
+# operations that depend on the token count alone (OP_QKV to OP_MOE_ROUTER, then the LM head for
+# as many sampled rows), made by the same functions, so reading them gives the same bits as
+# computing them.
+GEMM_MEMO = 512
+MEMO = NUM_PARAMS
+MEMO_WIDTH = 6
+ROW_SIZE = MEMO + MEMO_WIDTH * GEMM_MEMO
 
 # Operations, in the order a step's time adds them up (decode attention last).
 (OP_QKV, OP_O, OP_MLP, OP_MOE_MLP, OP_MOE_ROUTER, OP_ATTN_PREFILL, OP_NORMS, OP_LM_HEAD, OP_ALLREDUCE,
@@ -59,7 +68,7 @@ def roofline_params(model: ModelSpec, gpu: GpuSpec, *, tp: int = 1, pp: int = 1,
     """The parameter row of one replica: per-token coefficients worked out once from the specs,
     the GPU's efficiencies (``compute_efficiency``/``memory_efficiency`` replace the plateau of
     its GEMM curve and its HBM share) and the engine's overheads."""
-    p = np.zeros(NUM_PARAMS)
+    p = np.zeros(ROW_SIZE)
     wdtype, kvdtype = weight_dtype or model.dtype, kv_dtype or model.dtype
     gemm, head = efficiency.gemm_curve(gpu, wdtype), efficiency.gemm_curve(gpu, model.dtype)
     attn = efficiency.attention(gpu)
@@ -100,6 +109,7 @@ def roofline_params(model: ModelSpec, gpu: GpuSpec, *, tp: int = 1, pp: int = 1,
     p[EXPERT_PARALLEL] = float(expert_parallel and m.is_moe)
     p[KV_TOKEN_GPU] = kv_token_layer * L / pp
     p[HOST_BW] = gpu.host_bandwidth
+    _memoize(p)
     return p
 
 
@@ -134,23 +144,63 @@ def _gemm(c, m, k):
 
 
 @jit
-def _model_ops(p, s, out):
-    """Every operation but the draft model's."""
-    out[:] = 0.0
-    tokens = s[NUM_TOKENS]
+def _token_ops(p, tokens, out):
+    """The operations that depend on the token count alone: the QKV, O and MLP GEMMs, and a
+    mixture of experts' GEMMs and router."""
     w = p[OVERLAP]
     if tokens > 0.0:
         out[OP_QKV] = _gemm(p[QKV_F] * tokens, p[QKV_B0] + p[QKV_B1] * tokens, w)
         out[OP_O] = _gemm(p[O_F] * tokens, p[O_B0] + p[O_B1] * tokens, w)
         out[OP_MLP] = _gemm(p[MLP_F] * tokens, p[MLP_B0] + p[MLP_B1] * tokens, w)
-    L, tp = p[LAYERS], p[TP]
     if p[IS_MOE] != 0.0:
+        L, tp = p[LAYERS], p[TP]
         h, k, e, expert = p[HIDDEN], p[TOPK], p[EXPERTS], p[EXPERT_PARAMS]
         act = tokens * h * p[ABYTES]
         touched = e * (1.0 - (1.0 - k / e) ** _max(tokens, 1.0))  # distinct experts read
         out[OP_MOE_MLP] = L * _gemm(2.0 * tokens * k * expert / tp / p[FLOPS],
                                     (touched * expert * p[WBYTES] / tp + 2.0 * act * k) / p[BANDWIDTH], w)
         out[OP_MOE_ROUTER] = L * _max(2.0 * tokens * h * e / p[FLOPS], h * e * p[WBYTES] / p[BANDWIDTH])
+
+
+@leaf
+def _lm_head(p, rows):
+    return _gemm(p[LM_F] * rows, p[LM_B], p[LM_OVERLAP])
+
+
+@leaf
+def _memo_row(p, count):
+    """Where the memo holds ``count`` tokens' operations (-1: it does not)."""
+    if count < p[MEMO_N] and count == np.floor(count):
+        return MEMO + MEMO_WIDTH * int(count)
+    return -1
+
+
+@entry
+def _memoize(p):
+    """Fill the row's memo (see GEMM_MEMO)."""
+    ops = np.zeros(NUM_OPS)
+    for n in range(GEMM_MEMO):
+        ops[:] = 0.0
+        _token_ops(p, float(n), ops)
+        i = MEMO + MEMO_WIDTH * n
+        for j in range(OP_MOE_ROUTER + 1):
+            p[i + j] = ops[OP_QKV + j]
+        p[i + MEMO_WIDTH - 1] = _lm_head(p, float(n))
+    p[MEMO_N] = GEMM_MEMO
+
+
+@jit
+def _model_ops(p, s, out):
+    """Every operation but the draft model's."""
+    out[:] = 0.0
+    tokens = s[NUM_TOKENS]
+    i = _memo_row(p, tokens)
+    if i >= 0:
+        for j in range(OP_MOE_ROUTER + 1):
+            out[OP_QKV + j] = p[i + j]
+    else:
+        _token_ops(p, tokens, out)
+    L, tp = p[LAYERS], p[TP]
     prefill = s[PREFILL_TOKENS]
     if prefill > 0.0:  # causal: a row of q new tokens on c cached ones attends q·c + q²/2 pairs
         rows = _max(s[NUM_SEQS] - s[DECODE_SEQS], 1.0)
@@ -164,7 +214,8 @@ def _model_ops(p, s, out):
     out[OP_NORMS] = p[REST] * tokens
     rows = s[NUM_SAMPLED] + verify
     if rows > 0.0:  # weights read if any row samples
-        out[OP_LM_HEAD] = _gemm(p[LM_F] * rows, p[LM_B], p[LM_OVERLAP])
+        i = _memo_row(p, rows)
+        out[OP_LM_HEAD] = p[i + MEMO_WIDTH - 1] if i >= 0 else _lm_head(p, rows)
     if tp > 1.0:
         act = tokens * p[HIDDEN] * p[ABYTES]
         if p[EXPERT_PARALLEL] != 0.0:  # attention all-reduce, then dispatch + combine all-to-all
@@ -179,10 +230,9 @@ def _model_ops(p, s, out):
 
 
 @jit
-def roofline_time(p, draft, s):
+def roofline_time(p, draft, s, ops):
     """A step's seconds: the engine's CPU overhead (per step and per running request) plus every
-    operation."""
-    ops = np.empty(NUM_OPS)
+    operation (``ops``: room for them, so that pricing a step allocates nothing)."""
     roofline_ops(p, draft, s, ops)
     return p[OVERHEAD] + p[ROW_OVERHEAD] * s[NUM_SEQS] + _sum(ops)
 
@@ -227,8 +277,9 @@ def _draft_time(d, s):
 
 @entry
 def _times(p, draft, shapes, out):
+    ops = np.empty(NUM_OPS)
     for i in range(shapes.shape[0]):
-        out[i] = roofline_time(p, draft, shapes[i])
+        out[i] = roofline_time(p, draft, shapes[i], ops)
 
 
 @entry
@@ -257,7 +308,7 @@ class RooflineCost:
                                       weight_dtype=weight_dtype, kv_dtype=kv_dtype,
                                       expert_parallel=expert_parallel)
         self.draft = draft
-        self.draft_params = draft.params if draft is not None else np.zeros(NUM_PARAMS)
+        self.draft_params = draft.params if draft is not None else np.zeros(ROW_SIZE)
         self.overhead = cost.step_overhead_s
 
     def step_time(self, s: StepShape) -> np.ndarray | float:

@@ -13,11 +13,23 @@ STATUS_NAMES = {Status.FINISHED: "finished", Status.REJECTED: "rejected"}
 PERCENTILES = (50, 90, 99)
 
 
+def labels(codes: np.ndarray, names: list[str]):
+    """``names[codes]`` as a pandas string column, made by pyarrow from the codes (a Python
+    string per row would cost more than the rest of the table)."""
+    import pyarrow as pa
+
+    words = pa.DictionaryArray.from_arrays(pa.array(np.asarray(codes)), pa.array(names, type=pa.string()))
+    words = words.cast(pa.string())
+    default = pd.Series(["x"]).dtype  # what pandas makes of strings: str (pandas 3), object (2)
+    if pd.api.types.is_object_dtype(default):
+        return words.to_numpy(zero_copy_only=False)
+    return pd.array(words, dtype=default)
+
+
 def requests_frame(table: RequestTable, slo=None, workload=None) -> pd.DataFrame:
     t = table
-    status = np.where(t.status == Status.FINISHED, "finished",
-                      np.where(t.status == Status.REJECTED, "rejected", "unfinished"))
-    reasons = np.array([RejectReason(i).text for i in range(len(RejectReason))], dtype=object)
+    status = np.where(t.status == Status.FINISHED, 0, np.where(t.status == Status.REJECTED, 1, 2)).astype(np.int8)
+    reasons = [RejectReason(i).text for i in range(len(RejectReason))]
     ttft = t.first_token - t.arrival
     e2e = t.completion - t.arrival
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -25,7 +37,7 @@ def requests_frame(table: RequestTable, slo=None, workload=None) -> pd.DataFrame
                         (t.completion - t.first_token) / (t.num_generated - 1), np.nan)
     df = pd.DataFrame({
         "request_id": np.arange(t.n),
-        "class": np.asarray(t.class_names, dtype=object)[t.class_id],
+        "class": labels(t.class_id, list(t.class_names)),
         "replica": t.replica,
         # the engine it queued at on arrival: a pipelined replica's virtual engine; with
         # disaggregation, its prefill engine (``replica`` is then where it decoded)
@@ -34,8 +46,8 @@ def requests_frame(table: RequestTable, slo=None, workload=None) -> pd.DataFrame
         "prompt_tokens": t.prompt_len,
         "output_tokens": t.num_generated,
         "max_output_tokens": t.output_len,
-        "status": status,
-        "reject_reason": reasons[t.reject_reason],
+        "status": labels(status, ["finished", "rejected", "unfinished"]),
+        "reject_reason": labels(t.reject_reason, reasons),
         "preemptions": t.preemptions,
         "cached_tokens": t.cached_tokens,
         "first_scheduled": t.first_scheduled,
@@ -45,7 +57,7 @@ def requests_frame(table: RequestTable, slo=None, workload=None) -> pd.DataFrame
         "ttft": ttft,
         "tpot": tpot,
         "e2e": e2e,
-    })
+    }, copy=False)  # the table's own columns: nothing changes them after the run
     df["slo_met"] = slo_met(df, slo_limits(t.n, slo, workload))
     return df
 

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 import numpy as np
 import pandas as pd
 
-from sim.core.state import G_LOG_N, L_ENGINE, LOG_INT_COLUMNS, Core
+from sim.core.state import G_LOG_N, L_ENGINE, LOG_INT_COLUMNS, LOG_ROWS, Core
 
 COLUMNS = {
     "replica": np.int32,
@@ -28,37 +26,70 @@ FLOAT_COLUMNS = ("start", "duration")
 class StepLog:
     """Takes the core's log chunks as they fill and makes one frame, ordered by engine, then start.
 
-    Steps are logged as they end, so engines interleave in a chunk; each chunk is split by engine
-    as it is taken (one copy), so the frame needs one concatenation and no global sort."""
+    Steps are logged as they end, so engines interleave in a chunk. Each chunk's rows are copied
+    straight into their engine's columns, which grow in place (``ndarray.resize``: the memory is
+    remapped, not copied); the frame then joins the engines' columns one column at a time,
+    freeing each engine's copy as it goes, and with one engine it takes them as they are. So a
+    step is copied at most twice and the log never holds a second copy of the whole table."""
 
     def __init__(self) -> None:
-        self.parts: dict[int, dict[str, list[np.ndarray]]] = defaultdict(lambda: {n: [] for n in COLUMNS})
+        self.columns: dict[int, list[np.ndarray]] = {}  # engine -> a buffer per column (COLUMNS order)
+        self.rows: dict[int, int] = {}  # engine -> rows filled
+
+    def _room(self, e: int, more: int) -> list[np.ndarray]:
+        """Engine e's buffers, with room for ``more`` rows."""
+        if e not in self.columns:
+            self.columns[e] = [np.empty(max(more, LOG_ROWS), dtype=d) for d in COLUMNS.values()]
+            self.rows[e] = 0
+        bufs = self.columns[e]
+        need = self.rows[e] + more
+        if need > len(bufs[0]):
+            for b in bufs:
+                b.resize(max(need, 2 * len(b)), refcheck=False)
+        return bufs
 
     def take(self, core: Core) -> None:
         n = int(core.g[G_LOG_N])
         if n:
+            chunk = {name: core.log_f[i, :n] for i, name in enumerate(FLOAT_COLUMNS)}
+            chunk |= {name: core.log_i[i, :n] for i, name in enumerate(LOG_INT_COLUMNS)}
+            sources = [chunk[name] for name in COLUMNS]
             engine = core.log_i[L_ENGINE, :n]
-            order = np.argsort(engine, kind="stable")  # each engine's steps together, still in time order
-            engines, cuts = np.unique(engine[order], return_index=True)
-            cuts = cuts[1:]
-            columns = [(name, core.log_f[i, :n]) for i, name in enumerate(FLOAT_COLUMNS)]
-            columns += [(name, core.log_i[i, :n]) for i, name in enumerate(LOG_INT_COLUMNS)]
-            for name, col in columns:
-                for e, piece in zip(engines.tolist(), np.split(col[order], cuts), strict=True):
-                    self.parts[e][name].append(piece)
+            first = int(engine[0])
+            if bool(np.all(engine == first)):
+                bufs, at = self._room(first, n), self.rows[first]
+                for buf, src in zip(bufs, sources, strict=True):
+                    buf[at:at + n] = src
+                self.rows[first] = at + n
+            else:
+                order = np.argsort(engine, kind="stable")  # each engine's steps together, still in time order
+                engines, cuts = np.unique(engine[order], return_index=True)
+                ends = [*cuts[1:].tolist(), n]
+                for e, a, b in zip(engines.tolist(), cuts.tolist(), ends, strict=True):
+                    bufs, at, rows = self._room(e, b - a), self.rows[e], order[a:b]
+                    for buf, src in zip(bufs, sources, strict=True):
+                        np.take(src, rows, out=buf[at:at + b - a], mode="clip")  # "raise" would buffer
+                    self.rows[e] = at + b - a
         core.g[G_LOG_N] = 0
 
     def frame(self, core: Core) -> pd.DataFrame:
         """Every step, ordered by engine, then start time; hands its memory over."""
         self.take(core)
-        engines = sorted(self.parts)
+        engines = sorted(self.columns)
         cols = {}
-        for name, dtype in COLUMNS.items():  # one column at a time, dropping its pieces as we go
-            pieces = [p for e in engines for p in self.parts[e][name]]
-            cols[name] = np.concatenate(pieces).astype(dtype, copy=False) if pieces else np.zeros(0, dtype=dtype)
+        for j, (name, dtype) in enumerate(COLUMNS.items()):  # one column at a time, freeing as we go
+            if len(engines) == 1:
+                col = self.columns[engines[0]][j]
+                col.resize(self.rows[engines[0]], refcheck=False)  # gives back the spare room
+            else:
+                parts = [self.columns[e][j][:self.rows[e]] for e in engines]
+                col = np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+                del parts
             for e in engines:
-                self.parts[e][name].clear()
-        self.parts.clear()
+                self.columns[e][j] = None
+            cols[name] = col
+        self.columns.clear()
+        self.rows.clear()
         return ordered_frame(cols)
 
 
@@ -83,7 +114,6 @@ def engine_rows(engine: np.ndarray) -> tuple[np.ndarray | None, dict[int, slice]
         return None, {}
     order = None if len(engine) < 2 or bool(np.all(engine[1:] >= engine[:-1])) else np.argsort(engine, kind="stable")
     grouped = engine if order is None else engine[order]
-    ids, first = np.unique(grouped, return_index=True)
-    ends = [*first[1:].tolist(), len(grouped)]
-    return order, {int(e): slice(int(a), int(b)) for e, a, b in zip(ids, first, ends, strict=True)}
-
+    first = np.flatnonzero(grouped[1:] != grouped[:-1]) + 1  # where each engine's rows begin (no sort)
+    starts, ends = [0, *first.tolist()], [*first.tolist(), len(grouped)]
+    return order, {int(grouped[a]): slice(a, b) for a, b in zip(starts, ends, strict=True)}

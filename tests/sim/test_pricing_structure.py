@@ -164,3 +164,35 @@ def test_an_unknown_engine_is_refused():
     with pytest.raises(ScenarioError) as err:
         scenario(engine="tgi")
     assert err.value.field.startswith("engine")
+
+
+# -- the GEMM memo: the same bits as computing -------------------------------------------------
+@pytest.mark.parametrize("model,tp,draft", [("llama-3-8b", 1, None), ("mixtral-8x7b", 2, None),
+                                            ("llama-3-70b", 4, "llama-3-8b")])
+def test_the_memo_gives_the_bits_computing_gives(model, tp, draft):
+    import numpy as np
+
+    from sim.pricing import roofline as rf
+
+    d = RooflineCost(get_model(draft), H100, tp=tp, engine=NONE) if draft else None
+    cost = RooflineCost(get_model(model), H100, tp=tp, draft=d)
+    assert cost.params[rf.MEMO_N] == rf.GEMM_MEMO
+    rng = np.random.default_rng(0)
+    n = np.arange(0, rf.GEMM_MEMO + 40, dtype=float)  # in the memo and past it
+    seqs = np.minimum(n, rng.integers(1, 64, len(n)))
+    shapes = StepShape(n, seqs, np.maximum(n - seqs, 0), n * n / 2, seqs, seqs * 900, seqs,
+                       verify_tokens=seqs * 3 if draft else 0.0).vectors()
+    memo, direct = cost.params, cost.params.copy()
+    direct[rf.MEMO_N] = 0  # every operation computed
+    draft_direct = cost.draft_params.copy()
+    draft_direct[rf.MEMO_N] = 0
+    for p, dp in ((memo, cost.draft_params), (direct, draft_direct)):
+        out = np.empty((len(shapes), rf.NUM_OPS))
+        rf._ops_of(p, dp, shapes, out)
+        times = np.empty(len(shapes))
+        rf._times(p, dp, shapes, times)
+        if p is memo:
+            first = out, times
+    assert np.array_equal(first[0].view(np.int64), out.view(np.int64))
+    assert np.array_equal(first[1].view(np.int64), times.view(np.int64))
+    assert (first[0][1:, rf.OP_QKV] > 0).all() and (first[0][:, rf.OP_LM_HEAD] > 0).any()

@@ -7,7 +7,7 @@ import pandas as pd
 
 from sim.loops.run import kv_utilization, simulate
 from sim.results.steplog import engine_rows
-from sim.scenario.schema import scenario_from_dict
+from sim.scenario.schema import load_scenario, scenario_from_dict
 
 
 def test_grouped_engines_are_slices_and_others_are_sorted_first():
@@ -33,15 +33,20 @@ def test_a_runs_steps_come_engine_by_engine_in_time_order():
     assert cap[s["kv_blocks_used"] > 0].groupby(s["engine"]).nunique().eq(1).all()
 
 
-def test_parquet_dictionary_encodes_the_repeating_columns_not_the_times(tmp_path):
+def test_parquet_encodes_each_column_by_its_kind_and_reads_back_the_same(tmp_path):
     import pyarrow.parquet as pq
 
     from sim.cli.app import main
 
     assert main(["run", "--out", str(tmp_path), "--set", "workload.num_requests=200"]) == 0
-    meta = pq.ParquetFile(tmp_path / "steps.parquet").metadata
-    group = meta.row_group(0)
-    encoded = {group.column(i).path_in_schema: group.column(i).encodings for i in range(group.num_columns)}
-    dictionary = {name for name, enc in encoded.items() if any("DICTIONARY" in e for e in enc)}
-    assert {"engine", "num_seqs", "queue_len"} <= dictionary
-    assert not {"start", "duration", "kv_utilization"} & dictionary
+    encodings = {}
+    for table in ("steps", "requests"):
+        group = pq.ParquetFile(tmp_path / f"{table}.parquet").metadata.row_group(0)
+        encodings |= {group.column(i).path_in_schema: set(group.column(i).encodings) for i in range(group.num_columns)}
+    assert {"DELTA_BINARY_PACKED"} <= encodings["engine"] and {"DELTA_BINARY_PACKED"} <= encodings["queue_len"]
+    assert {"BYTE_STREAM_SPLIT"} <= encodings["start"] and {"BYTE_STREAM_SPLIT"} <= encodings["ttft"]
+    assert any("DICTIONARY" in e for e in encodings["status"])
+    assert not any("DICTIONARY" in e for e in encodings["start"] | encodings["kv_utilization"])
+    r = simulate(load_scenario(None, ["workload.num_requests=200"]))  # the run's own scenario
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "requests.parquet"), r.requests)
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "steps.parquet"), r.steps)
