@@ -7,7 +7,7 @@ last token go. ``decode_run`` commits such steps one after another with work per
 does not grow with the batch (the rows' own updates happen once, when they leave or when the
 run ends), pricing each step with the pricing core and logging it as a step. It stops before
 the first step that would need more blocks than there are (that one must preempt), when the
-batch empties, when the step log is full, or at the first step that ends at or after
+batch empties, after RUN_STEPS steps, when the step log is full, or at the first step that ends at or after
 ``horizon`` — the next event that could change the engine (the next arrival, when engines
 meet only at arrivals; else the next event of any kind). The state it leaves is the state
 stepping one by one leaves, so the results are identical (tests/sim/test_loops_agree.py
@@ -54,6 +54,8 @@ from sim.core.state import (
 )
 from sim.loops.events import K_HEAP_N, K_JUMPED, K_STEPS, act, priced, turn
 
+RUN_STEPS = 64  # the longest run: only rows that end or grow within it are sorted
+
 
 @jit
 def steady(c, e, now):
@@ -93,8 +95,8 @@ def decode_run(c, costs, L, e, now, end, horizon):
     h = r.num_blocks[ids]  # blocks held for step 1
     rem = r.output_len[ids] - r.num_generated[ids]  # a row's last step
     grow_at = h * bs - c0 + 1  # the first step that needs a new block, then every bs steps
-    by_growth = _stable_order(grow_at)
-    by_end = _stable_order(rem)  # ties stay in running order
+    by_growth = _by_step(grow_at)  # the rows that grow or end within the run, by step
+    by_end = _by_step(rem)  # ties stay in running order
     live = np.ones(n, dtype=np.bool_)
     growing = np.zeros(n, dtype=np.bool_)
     cnt = np.zeros(bs, dtype=np.int64)  # growing rows by the residue of their first growth step
@@ -121,7 +123,7 @@ def decode_run(c, costs, L, e, now, end, horizon):
         log_step(c, e, k, k, k)
         L.k[K_STEPS] += 1
         L.k[K_JUMPED] += 1
-        while f_next < n and rem[by_end[f_next]] == j:
+        while f_next < by_end.shape[0] and rem[by_end[f_next]] == j:
             i = by_end[f_next]
             f_next += 1
             rid = ids[i]
@@ -137,14 +139,18 @@ def decode_run(c, costs, L, e, now, end, horizon):
         if not L.engines_apart[0] and L.k[K_HEAP_N] and L.ht[0] < horizon:
             horizon = L.ht[0]  # it made an event (a closed-loop user's next request)
         # -- plan step j + 1 (as schedule would: every row decodes, blocks for those that need one)
-        while g_next < n and grow_at[by_growth[g_next]] <= j + 1:
+        if k == 0 or j == RUN_STEPS:  # the batch is over, or the run is as long as it may be
+            _leave(c, e, ids, c0, h, live, j, t, bs, False)
+            turn(c, costs, L, e, t)
+            return -1.0
+        while g_next < by_growth.shape[0] and grow_at[by_growth[g_next]] <= j + 1:
             i = by_growth[g_next]
             g_next += 1
             if live[i]:
                 growing[i] = True
                 cnt[grow_at[i] % bs] += 1
         need = cnt[(j + 1) % bs]
-        if k == 0 or need > kv.available(c, e):  # the batch is over, or this step must preempt
+        if need > kv.available(c, e):  # this step must preempt
             _leave(c, e, ids, c0, h, live, j, t, bs, False)
             turn(c, costs, L, e, t)
             return -1.0
@@ -172,17 +178,21 @@ def decode_run(c, costs, L, e, now, end, horizon):
 
 
 @jit
-def _stable_order(x):
-    """``np.argsort(x, kind="stable")``; by insertion for a few rows (no work arrays)."""
-    if x.shape[0] > 32:
-        return np.argsort(x, kind="stable")
-    order = np.arange(x.shape[0])
-    for i in range(1, x.shape[0]):
-        j, v = i, order[i]
-        while j > 0 and x[order[j - 1]] > x[v]:
-            order[j] = order[j - 1]
-            j -= 1
-        order[j] = v
+def _by_step(x):
+    """The rows whose step ``x`` comes within a run (at most RUN_STEPS), ordered by it, ties in
+    row order: a counting sort, as the steps are small integers."""
+    first = np.zeros(RUN_STEPS + 2, dtype=np.int64)  # rows before each step, then a cursor
+    for i in range(x.shape[0]):
+        if x[i] <= RUN_STEPS:
+            first[max(x[i], 0) + 1] += 1
+    for s in range(1, RUN_STEPS + 2):
+        first[s] += first[s - 1]
+    order = np.empty(first[RUN_STEPS + 1], dtype=np.int64)
+    for i in range(x.shape[0]):
+        if x[i] <= RUN_STEPS:
+            at = max(x[i], 0)
+            order[first[at]] = i
+            first[at] += 1
     return order
 
 

@@ -267,3 +267,28 @@ def scenarios(draw, profiles):
 def test_loops_agree_on_random_scenarios(profiles, data):
     fields = data.draw(scenarios(profiles))
     assert_identical(*both_loops(**fields))
+
+
+@pytest.mark.parametrize("output", [64, 65, 66, 129, 130, 131, 700])
+def test_long_decode_runs_are_cut_and_resumed_with_the_same_results(output, monkeypatch):
+    """Long answers on a quiet engine: the compiled loop commits decode steps in runs of at most
+    RUN_STEPS and resumes; the SimPy loop steps one by one. Answers ending at, just before and
+    just after a run's last step."""
+    import sim.loops.compiled as compiled
+    from sim.loops.decode_runs import RUN_STEPS
+    from sim.loops.events import K_JUMPED, K_STEPS
+
+    loops = []
+    run = compiled.run_compiled
+
+    def keep(*args, **kwargs):
+        loops.append(run(*args, **kwargs))
+        return loops[-1]
+
+    monkeypatch.setattr(compiled, "run_compiled", keep)
+    reference, fast = both_loops(workload__num_requests=3, workload__arrival={"process": "constant", "rate": 0.01},
+                                 workload__output_len={"dist": "fixed", "value": output})
+    assert_identical(reference, fast)
+    jumped, steps = int(loops[0].k[K_JUMPED]), int(loops[0].k[K_STEPS])
+    assert jumped >= 3 * min(output - 2, RUN_STEPS)  # every answer's decodes went in runs
+    assert steps - jumped >= 3 * (output // (RUN_STEPS + 1))  # a plain step after each full run
