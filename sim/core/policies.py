@@ -23,7 +23,7 @@ import numpy as np
 from sim.core import kvblocks as kv
 from sim.core import queues
 from sim.core.admission import RUNNING, add_row, admit_waiting, free_seats
-from sim.core.jit import jit
+from sim.core.jit import jit, leaf
 from sim.core.plan import shape_into
 from sim.core.preemption import grow, swap_in_waiting
 from sim.core.state import (
@@ -52,7 +52,7 @@ from sim.core.state import (
 BIG = np.int64(1) << np.int64(62)
 
 
-@jit
+@leaf
 def next_round_step(c, e):
     """Multi-step scheduling (vLLM's num_scheduler_steps): a decode step either starts a round of
     k decode steps or continues one; nobody is admitted until the round is over."""

@@ -27,6 +27,7 @@ from sim.core.state import (
     CHUNKED,
     CONTINUOUS,
     G_LOG_N,
+    G_OUT_N,
     LOG_ROWS,
     P_BLOCK_SIZE,
     P_NUM_BLOCKS,
@@ -135,7 +136,8 @@ def decode_run(c, costs, L, e, now, end, horizon):
             context -= c0[i] + j
             if growing[i]:
                 cnt[grow_at[i] % bs] -= 1
-        act(c, L, t)
+        if c.g[G_OUT_N]:  # rows ended: what they left to do
+            act(c, L, t)
         if not L.engines_apart[0] and L.k[K_HEAP_N] and L.ht[0] < horizon:
             horizon = L.ht[0]  # it made an event (a closed-loop user's next request)
         # -- plan step j + 1 (as schedule would: every row decodes, blocks for those that need one)
@@ -154,7 +156,8 @@ def decode_run(c, costs, L, e, now, end, horizon):
             _leave(c, e, ids, c0, h, live, j, t, bs, False)
             turn(c, costs, L, e, t)
             return -1.0
-        kv.allocate(c, e, need)
+        if need:
+            kv.allocate(c, e, need)
         next_round_step(c, e)
         j += 1
         context += k

@@ -123,7 +123,7 @@ def _collective(p, nbytes, factor):
     return factor * nbytes / p[LINK] + p[COLL_LATENCY]
 
 
-@jit
+@leaf
 def roofline_ops(p, draft, s, out):
     """Seconds per operation of the step of shape ``s`` (all layers), into ``out[NUM_OPS]``.
     ``draft``: the speculative draft model's parameter row (all zeros: none)."""
@@ -229,7 +229,7 @@ def _model_ops(p, s, out):
         out[OP_LAYER_FIXED] = p[LAYER_FIXED] + (p[EAGER_FIXED] if prefill > 0.0 else 0.0)
 
 
-@jit
+@leaf
 def roofline_time(p, draft, s, ops):
     """A step's seconds: the engine's CPU overhead (per step and per running request) plus every
     operation (``ops``: room for them, so that pricing a step allocates nothing)."""
