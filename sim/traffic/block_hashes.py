@@ -116,4 +116,6 @@ def mooncake_blocks(hash_offsets: np.ndarray, hash_ids: np.ndarray, prompt_len: 
     rows = row_of_each_value(offsets)
     end = (position_in_row(offsets) + 1) * block_size - 1
     k = hash_offsets[:-1][rows] + end // hash_block_size
-    return offsets, extend(chain[k], end % hash_block_size)
+    # extend(chain[k], end % hash_block_size), with the offsets' own hashes made once each
+    mixed = _mix(_u64(np.arange(hash_block_size)))
+    return offsets, _mix(_u64(chain[k]) ^ mixed[end % hash_block_size]).view(np.int64)
