@@ -33,6 +33,7 @@ class BlockTable(NamedTuple):
     unused: np.ndarray  # i8 [T] nodes on the LRU list (evictable)
     size: np.ndarray  # i8 [T] blocks held
     tombs: np.ndarray  # i8 [T] deleted slots not yet reused
+    slot: np.ndarray  # i8 [N] the index slot that names the node (so evicting needs no probe)
 
 
 BlockTableType, BlockTableRef = struct("BlockTable", BlockTable._fields, __name__)
@@ -63,7 +64,8 @@ def block_table(capacities: list[int]) -> BlockTable:
     return BlockTable(node_off, idx_off, np.zeros(n, dtype=np.int64), np.full(n, -1, dtype=np.int64),
                       np.full(n, -1, dtype=np.int64), nxt, np.full(int(idx_off[-1]), EMPTY, dtype=np.int64),
                       np.full(T, -1, dtype=np.int64), np.full(T, -1, dtype=np.int64), free,
-                      np.zeros(T, dtype=np.int64), np.zeros(T, dtype=np.int64), np.zeros(T, dtype=np.int64))
+                      np.zeros(T, dtype=np.int64), np.zeros(T, dtype=np.int64), np.zeros(T, dtype=np.int64),
+                      np.full(n, -1, dtype=np.int64))
 
 
 @leaf
@@ -90,16 +92,6 @@ def find(bt, t, key):
 
 
 @leaf
-def _slot_of(bt, t, node):
-    lo = bt.idx_off[t]
-    mask = bt.idx_off[t + 1] - lo - 1
-    i = np.int64(_hash(bt.key[node]) & np.uint64(mask))
-    while bt.idx[lo + i] != node:
-        i = (i + 1) & mask
-    return lo + i
-
-
-@leaf
 def _place(bt, t, node):
     lo = bt.idx_off[t]
     mask = bt.idx_off[t + 1] - lo - 1
@@ -109,6 +101,7 @@ def _place(bt, t, node):
     if bt.idx[lo + i] == TOMB:
         bt.tombs[t] -= 1
     bt.idx[lo + i] = node
+    bt.slot[node] = lo + i
 
 
 @jit
@@ -171,7 +164,7 @@ def evict_oldest(bt, t):
     if node < 0:
         return -1
     _lru_unlink(bt, t, node)
-    bt.idx[_slot_of(bt, t, node)] = TOMB
+    bt.idx[bt.slot[node]] = TOMB
     bt.tombs[t] += 1
     bt.refs[node] = -1
     bt.next[node] = bt.free[t]
