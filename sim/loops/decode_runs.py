@@ -7,9 +7,9 @@ last token go. ``decode_run`` commits such steps one after another with work per
 does not grow with the batch (the rows' own updates happen once, when they leave or when the
 run ends), pricing each step with the pricing core and logging it as a step. It stops before
 the first step that would need more blocks than there are (that one must preempt), when the
-batch empties, after RUN_STEPS steps, when the step log is full, or at the first step that ends at or after
-``horizon`` — the next event that could change the engine (the next arrival, when engines
-meet only at arrivals; else the next event of any kind). The state it leaves is the state
+batch empties, after RUN_STEPS steps, when the step log is full, or at the first step that
+ends at or after ``horizon`` — the next event that could change the engine (the next arrival,
+when engines meet only at arrivals; else the next event of any kind). The state it leaves is the state
 stepping one by one leaves, so the results are identical (tests/sim/test_loops_agree.py
 compares this loop with the SimPy loop, which steps one by one).
 """

@@ -51,7 +51,12 @@ def hash_keys(*parts) -> np.ndarray:
 
 def extend(h: np.ndarray, part) -> np.ndarray:
     """The hash of a key ``h`` stands for, with one more integer ``part`` appended."""
-    return _mix(_u64(h) ^ _mix(_u64(part))).view(np.int64)
+    return _join(h, _mix(_u64(part)))
+
+
+def _join(h: np.ndarray, mixed_part: np.ndarray) -> np.ndarray:
+    """``extend`` with the part already mixed (parts that repeat are mixed once)."""
+    return _mix(_u64(h) ^ mixed_part).view(np.int64)
 
 
 def system_prompt_blocks(class_index: int, prompt: np.ndarray, num_blocks: int
@@ -116,6 +121,5 @@ def mooncake_blocks(hash_offsets: np.ndarray, hash_ids: np.ndarray, prompt_len: 
     rows = row_of_each_value(offsets)
     end = (position_in_row(offsets) + 1) * block_size - 1
     k = hash_offsets[:-1][rows] + end // hash_block_size
-    # extend(chain[k], end % hash_block_size), with the offsets' own hashes made once each
-    mixed = _mix(_u64(np.arange(hash_block_size)))
-    return offsets, _mix(_u64(chain[k]) ^ mixed[end % hash_block_size]).view(np.int64)
+    offset_mixed = _mix(_u64(np.arange(hash_block_size)))  # extend(chain[k], offset), each offset mixed once
+    return offsets, _join(chain[k], offset_mixed[end % hash_block_size])
