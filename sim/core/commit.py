@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from sim.core import blocktable as bt
 from sim.core import kvblocks as kv
 from sim.core.admission import RUNNING
 from sim.core.jit import jit, leaf
@@ -66,7 +67,7 @@ def queue_len(c, e):
 def begin_step(c, e, now, duration):
     """The planned step starts at ``now`` and computes for ``duration``; returns how long it
     lasts (longer on a pipelined replica when a stage is busy with another virtual engine)."""
-    unused = c.cache.unused[e]
+    unused = bt.unused(c.cache, e)
     c.es[e, S_USED_AT] = c.ep[e, P_NUM_BLOCKS] - c.es[e, S_FREE] - unused
     c.es[e, S_CACHED_AT] = unused
     c.es[e, S_QUEUED_AT] = queue_len(c, e)

@@ -2,7 +2,7 @@
 the real engine maps counts to physical blocks). With prefix caching, the leading full blocks
 of a prompt are shared through the engine's block table (sim/core/blocktable.py): a request
 holds them by reference, and unused ones stay cached until free blocks run out, when the
-least recently used go first."""
+least recently used go first (a prompt's tail before its head)."""
 
 from __future__ import annotations
 
@@ -19,13 +19,14 @@ def blocks_for(tokens, block_size):
 @leaf
 def available(c, e):
     """Blocks free, or cached but unused (reclaimable)."""
-    return c.es[e, S_FREE] + c.cache.unused[e]
+    return c.es[e, S_FREE] + bt.unused(c.cache, e)
 
 
 @jit
 def allocate(c, e, n):
-    while n > c.es[e, S_FREE] and bt.evict_oldest(c.cache, e) >= 0:
-        c.es[e, S_FREE] += 1
+    short = n - c.es[e, S_FREE]
+    if short > 0:
+        c.es[e, S_FREE] += bt.evict(c.cache, e, short)
     if n > c.es[e, S_FREE]:
         raise RuntimeError("allocating more KV blocks than are free")
     c.es[e, S_FREE] -= n
@@ -53,27 +54,24 @@ def prefix_hit(c, e, rid):
 
 @jit
 def pin_cost(c, e, rid, k):
-    """Blocks that taking its first ``k`` cached blocks would take out of the reclaimable ones."""
+    """Blocks that taking its first ``k`` cached blocks would take out of the reclaimable ones.
+    Notes each block's node for ``acquire_prefix``."""
     lo, _ = _ids(c, rid)
-    n = 0
-    for i in range(lo, lo + k):
-        if c.cache.refs[bt.find(c.cache, e, c.req.prefix_ids[i])] == 0:
-            n += 1
-    return n
+    return bt.locate(c.cache, e, c.req.prefix_ids, c.req.prefix_nodes, lo, lo + k)
 
 
 @jit
 def acquire_prefix(c, e, rid, k):
+    """Hold the first ``k`` cached blocks, at the nodes ``pin_cost`` just noted."""
     lo, _ = _ids(c, rid)
-    for i in range(lo, lo + k):
-        bt.acquire(c.cache, e, bt.find(c.cache, e, c.req.prefix_ids[i]))
+    bt.acquire(c.cache, e, c.req.prefix_nodes, lo, lo + k)
 
 
 @jit
 def drop_prefix(c, e, rid, k):
+    """Let go of the first ``k`` blocks (last first, see sim/core/blocktable.py)."""
     lo, _ = _ids(c, rid)
-    for i in range(lo, lo + k):
-        bt.drop(c.cache, e, bt.find(c.cache, e, c.req.prefix_ids[i]))
+    bt.drop(c.cache, e, c.req.prefix_nodes, lo, lo + k)
 
 
 @jit
@@ -97,14 +95,15 @@ def free_blocks(c, e, rid):
 
 @jit
 def cache_prefix(c, e, rid):
-    """A request that just finished its prompt shares its full prompt blocks from now on. Stops
-    at the first block someone else cached already (that copy stays private)."""
+    """A request that just finished its prompt shares its full prompt blocks from now on, unless
+    someone else cached the first of them meanwhile (its copies then stay private)."""
     r = c.req
     lo, hi = _ids(c, rid)
     start = r.cache_blocks[rid]
     full = min(r.num_computed[rid] // c.ep[e, P_BLOCK_SIZE], hi - lo)
-    for i in range(lo + start, lo + full):
-        if bt.find(c.cache, e, r.prefix_ids[i]) >= 0:
-            break
-        bt.add(c.cache, e, r.prefix_ids[i], 1)
-        r.cache_blocks[rid] += 1
+    if start >= full or bt.find(c.cache, e, r.prefix_ids[lo + start]) >= 0:
+        return
+    # The cache is prefix-closed and holds none past this block: the rest are new too.
+    up = r.prefix_nodes[lo + start - 1] if start else -1
+    bt.add_run(c.cache, e, r.prefix_ids, r.prefix_nodes, lo + start, lo + full, up)
+    r.cache_blocks[rid] = full

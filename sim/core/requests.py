@@ -76,6 +76,7 @@ class Requests(NamedTuple):
     level: np.ndarray  # i2: priority level, 0 served first
     prefix_offsets: np.ndarray  # i8 [n+1]: its shareable block ids are prefix_ids[off[i]:off[i+1]]
     prefix_ids: np.ndarray  # i8
+    prefix_nodes: np.ndarray  # i4 [len(prefix_ids)]: the cache node of each block it holds
     qnext: np.ndarray  # i8: the next request in the queue it waits in (-1: last)
     qprev: np.ndarray  # i8
 
@@ -116,6 +117,7 @@ class RequestTable:
             cached_tokens=i8(), cache_blocks=i8(), swapped_blocks=i8(), held_blocks=i8(), held_cached=i8(),
             handoff_s=np.zeros(n), class_id=np.zeros(n, dtype=np.int16), level=np.zeros(n, dtype=np.int16),
             prefix_offsets=np.zeros(n + 1, dtype=np.int64), prefix_ids=np.zeros(0, dtype=np.int64),
+            prefix_nodes=np.zeros(0, dtype=np.int32),
             qnext=np.full(n, -1, dtype=np.int64), qprev=np.full(n, -1, dtype=np.int64))
 
     @classmethod
@@ -132,8 +134,9 @@ class RequestTable:
 
     def set_prefix_ids(self, offsets: np.ndarray, ids: np.ndarray) -> None:
         """Request i's shareable prompt blocks are ids[offsets[i]:offsets[i+1]] (content ids)."""
-        self.cols = self.cols._replace(prefix_offsets=np.asarray(offsets, dtype=np.int64),
-                                       prefix_ids=np.asarray(ids, dtype=np.int64))
+        ids = np.asarray(ids, dtype=np.int64)
+        self.cols = self.cols._replace(prefix_offsets=np.asarray(offsets, dtype=np.int64), prefix_ids=ids,
+                                       prefix_nodes=np.empty(len(ids), dtype=np.int32))
 
     def set_priority(self, priority: np.ndarray) -> None:
         """Priorities (lower first) and the levels the core queues by (0 = the lowest value)."""

@@ -69,7 +69,7 @@ def kv_load(c, r):
     k = c.rp[r, R_COUNT]
     total = 0.0
     for e in range(first, first + k):
-        used = c.ep[e, P_NUM_BLOCKS] - c.es[e, S_FREE] - c.cache.unused[e] + c.es[e, S_QUEUED_BLOCKS]
+        used = c.ep[e, P_NUM_BLOCKS] - c.es[e, S_FREE] - bt.unused(c.cache, e) + c.es[e, S_QUEUED_BLOCKS]
         total += used / max(c.ep[e, P_NUM_BLOCKS], 1)
     return total / k
 
@@ -88,21 +88,6 @@ def _least_outstanding(c, first, count):
 def _prefix_match(c, r, rid):
     lo, hi = c.req.prefix_offsets[rid], c.req.prefix_offsets[rid + 1]
     return bt.leading_hits(c.rtable, r, c.req.prefix_ids, lo, hi)
-
-
-@jit
-def _remember_prefix(c, r, rid):
-    """The router now expects replica r to hold the request's prefix blocks."""
-    t = c.rtable
-    for i in range(c.req.prefix_offsets[rid], c.req.prefix_offsets[rid + 1]):
-        key = c.req.prefix_ids[i]
-        node = bt.find(t, r, key)
-        if node >= 0:
-            bt.touch(t, r, node)
-            continue
-        if t.size[r] == bt.capacity(t, r):
-            bt.evict_oldest(t, r)
-        bt.add(t, r, key, 0)
 
 
 @jit
@@ -136,7 +121,8 @@ def route(c, k, rid):
             m = _prefix_match(c, x, rid)
             if m > best or (m == best and m > 0 and outstanding(c, x) < outstanding(c, r)):
                 r, best = x, m
-        _remember_prefix(c, r, rid)
+        # r now holds the prompt's blocks, as far as the router knows (it held the first `best`)
+        bt.remember(c.rtable, r, c.req.prefix_ids, c.req.prefix_offsets[rid], c.req.prefix_offsets[rid + 1], best)
     else:  # round-robin
         r = first + c.rt[k, RT_TURN]
         c.rt[k, RT_TURN] = (c.rt[k, RT_TURN] + 1) % count

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from sim.core import blocktable as bt
 from sim.core import kvblocks as kv
 from sim.core.commit import finish, itl_bin, log_step, queue_len
 from sim.core.jit import jit
@@ -167,7 +168,7 @@ def decode_run(c, costs, L, e, now, end, horizon):
         shape[DECODE_SEQS] = k
         shape[DECODE_CONTEXT] = context
         shape[NUM_SAMPLED] = k
-        unused = c.cache.unused[e]
+        unused = bt.unused(c.cache, e)
         c.es[e, S_USED_AT] = c.ep[e, P_NUM_BLOCKS] - c.es[e, S_FREE] - unused
         c.es[e, S_CACHED_AT] = unused
         c.es[e, S_QUEUED_AT] = queue_len(c, e)
