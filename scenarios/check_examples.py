@@ -135,8 +135,8 @@ def mooncake(ex: Example) -> None:
     s, off = run("mooncake-trace"), run("mooncake-trace", "scheduler.prefix_caching=false")
     ex.check("most prompt tokens from the cache (≥ 50%)", s["prefix_hit_rate"] >= 0.5, pct(s["prefix_hit_rate"]))
     ex.check("caching: ≥ 98% meet the SLO", att(s) >= 0.98, pct(att(s)))
-    ex.check("no caching: TTFT p50 ≥ 5× and ≥ 5 points fewer meet it",
-             off["ttft_p50"] >= 5 * s["ttft_p50"] and att(off) <= att(s) - 0.05,
+    ex.check("no caching: overloaded, TTFT p50 ≥ 100× and ≤ 10% meet it",
+             off["ttft_p50"] >= 100 * s["ttft_p50"] and att(off) <= 0.1,
              f"{ms(off['ttft_p50'])} vs {ms(s['ttft_p50'])}, {pct(att(off))}")
 
 

@@ -159,6 +159,9 @@ def build_parser(extras: bool = True) -> argparse.ArgumentParser:
     bench.add_argument("--cost", choices=["roofline", "profile"], default="roofline",
                        help="price the default scenario with the roofline (Llama-3-8B, 10 req/s per replica) or "
                             "the shipped H100 profile (Llama-2-70B TP 2, 1.2 req/s per replica)")
+    bench.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                       help="override a field of every scenario measured, e.g. --set "
+                            "workload.trace.path=big.jsonl (repeatable)")
     bench.add_argument("--format", choices=["table", "csv", "json"], default="table", help="output format")
     bench.set_defaults(func=cmd_bench)
 

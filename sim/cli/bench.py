@@ -9,6 +9,7 @@ from one run (the machines are shared and noisy).
 - ``--scenarios [FILE ...]``: every shipped scenario (or those given), 100,000 requests where
   the scenario generates its traffic, traces as shipped, each checked against 20,000 req/s;
 - ``--cluster``: 1,000,000 requests over 8 replicas; ``--scaling``: 10k to 1M requests;
+- ``--set FIELD=VALUE``: an override for every scenario measured (a larger trace, another GPU);
 - ``--startup``: a 2,000-request ``servesim run`` from the command line, warm, and the first run
   in a fresh checkout (an empty numba cache: compiling included).
 """
@@ -169,25 +170,30 @@ def run_bench(args) -> int:
     extra = {}
     if args.startup:  # first: a large run just before leaves the machine reclaiming its memory
         extra |= startup_s()
-    if args.scenarios is not None:
-        paths = [Path(p) for p in args.scenarios] or sorted(SCENARIOS.glob("*.yaml"))
+    paths = None if args.scenarios is None else [Path(p) for p in args.scenarios] or sorted(SCENARIOS.glob("*.yaml"))
+    if args.set:  # a bad override is the user's error (exit 2), not a run to skip
+        from sim.scenario.schema import load_scenario
+
+        load_scenario(None if not paths else paths[0], args.set)
+    if paths is not None:
         for path in paths:
             for loop in loops:
                 try:
-                    rows.append(measure(path.stem, scenario_overrides(path, args.requests, loop), path))
+                    rows.append(measure(path.stem, [*scenario_overrides(path, args.requests, loop), *args.set], path))
                 except RuntimeError as e:
                     console.print(f"[yellow]skipped[/] {e}")
     else:
         for policy in args.policies:
             for loop in loops:
-                rows.append(measure(f"default {policy}", default_overrides(args.requests, 1, policy, loop,
-                                                                           args.cost)))
+                rows.append(measure(f"default {policy}", [*default_overrides(args.requests, 1, policy, loop,
+                                                                             args.cost), *args.set]))
     if args.cluster:
         for loop in loops:
-            rows.append(measure("1M over 8 replicas", default_overrides(1_000_000, 8, loop=loop, cost=args.cost)))
+            rows.append(measure("1M over 8 replicas",
+                                [*default_overrides(1_000_000, 8, loop=loop, cost=args.cost), *args.set]))
     if args.scaling:
         for n in (10_000, 100_000, 1_000_000):
-            rows.append(measure(f"scaling {n:,}", default_overrides(n, cost=args.cost)))
+            rows.append(measure(f"scaling {n:,}", [*default_overrides(n, cost=args.cost), *args.set]))
 
     records = [m.row() | ({"meets_20k": m.rps >= TARGET_RPS} if args.scenarios is not None else {}) for m in rows]
     if args.format == "json":

@@ -106,7 +106,44 @@ def mooncake_blocks(hash_offsets: np.ndarray, hash_ids: np.ndarray, prompt_len: 
     block is listed only when it is full and its hash block is in the list.
     """
     counts = np.diff(hash_offsets)
-    # Chain position by position: all requests' k-th ids in one vector operation.
+    chain = _chained(hash_offsets, hash_ids, counts)
+    num_blocks = np.minimum(prompt_len, counts * hash_block_size) // block_size
+    offsets = offsets_from_counts(num_blocks)
+    offset_mixed = _mix(_u64(np.arange(hash_block_size)))  # extend(chain[k], offset), each offset mixed once
+    if hash_block_size % block_size:
+        rows = row_of_each_value(offsets)
+        end = (position_in_row(offsets) + 1) * block_size - 1
+        k = hash_offsets[:-1][rows] + end // hash_block_size
+        return offsets, _join(chain[k], offset_mixed[end % hash_block_size])
+    return offsets, _whole_hash_blocks(hash_offsets, chain, num_blocks, int(offsets[-1]),
+                                       offset_mixed[block_size - 1::block_size])
+
+
+# Hash blocks expanded per pass: a few MB of temporaries, reused, where one pass over a large
+# trace's tens of millions of ids would touch gigabytes of fresh memory.
+_CHUNK = 1 << 15
+
+
+def _whole_hash_blocks(hash_offsets: np.ndarray, chain: np.ndarray, num_blocks: np.ndarray,
+                       total: int, ends_mixed: np.ndarray) -> np.ndarray:
+    """``mooncake_blocks``' ids when each hash block holds ``len(ends_mixed)`` of our blocks:
+    hash block k's are hash(chain[k], each block's last offset), as many as fall in the prompt."""
+    per = len(ends_mixed)
+    rows = row_of_each_value(hash_offsets)
+    taken = np.clip(num_blocks[rows] - position_in_row(hash_offsets) * per, 0, per)
+    start = offsets_from_counts(taken)
+    out = np.empty(total, dtype=np.int64)
+    column = np.arange(per)
+    for a in range(0, len(chain), _CHUNK):
+        b = min(a + _CHUNK, len(chain))
+        ids = _join(chain[a:b, None], ends_mixed[None, :])
+        out[start[a]:start[b]] = ids[column[None, :] < taken[a:b, None]]
+    return out
+
+
+def _chained(hash_offsets: np.ndarray, hash_ids: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """chain[k] = hash(chain[k-1], hash_ids[k]) within each row (the first from MOONCAKE):
+    all rows' k-th ids in one vector operation."""
     pos = position_in_row(hash_offsets)
     order = np.argsort(pos, kind="stable")
     starts = np.searchsorted(pos[order], np.arange(int(counts.max(initial=0)) + 1))
@@ -115,11 +152,4 @@ def mooncake_blocks(hash_offsets: np.ndarray, hash_ids: np.ndarray, prompt_len: 
         at = order[starts[k]:starts[k + 1]]
         prev = hash_keys(MOONCAKE) if k == 0 else chain[at - 1]
         chain[at] = extend(prev, hash_ids[at])
-    covered = counts * hash_block_size
-    num_blocks = np.minimum(prompt_len, covered) // block_size
-    offsets = offsets_from_counts(num_blocks)
-    rows = row_of_each_value(offsets)
-    end = (position_in_row(offsets) + 1) * block_size - 1
-    k = hash_offsets[:-1][rows] + end // hash_block_size
-    offset_mixed = _mix(_u64(np.arange(hash_block_size)))  # extend(chain[k], offset), each offset mixed once
-    return offsets, _join(chain[k], offset_mixed[end % hash_block_size])
+    return chain

@@ -4,13 +4,16 @@ The Azure LLM inference format: ``TIMESTAMP,ContextTokens,GeneratedTokens`` with
 timestamps (sub-second digits), one request per row. Other formats live in
 ``trace_formats``; every reader returns a :class:`Trace` sorted by arrival, times in seconds
 from the first request, and raises :class:`TraceError` naming the file, the line and the
-column of the first bad value.
+column of the first bad value. A trace whose name ends in ``.gz`` is read through gzip.
 """
 
 from __future__ import annotations
 
+import gzip
+import zlib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 import pandas as pd
@@ -57,6 +60,23 @@ def check_file(path: str | Path, field: str) -> Path:
     return inputs.check_file(path, field, TraceError, "trace file")
 
 
+def gzipped(path: Path) -> bool:
+    return path.suffix.lower() == ".gz"
+
+
+def open_text(path: Path) -> IO[str]:
+    """The file as UTF-8 text (decompressed, for ``.gz``)."""
+    return gzip.open(path, "rt", encoding="utf-8") if gzipped(path) else path.open(encoding="utf-8")
+
+
+def read_bytes(path: Path, field: str | None) -> bytes:
+    """The file's bytes (decompressed, for ``.gz``); a broken gzip stream is a TraceError."""
+    try:
+        return gzip.decompress(path.read_bytes()) if gzipped(path) else path.read_bytes()
+    except (OSError, EOFError, zlib.error) as e:
+        raise TraceError(str(path), field, f"not a readable gzip file: {e}") from None
+
+
 def read_csv(path: Path, field: str | None, required: tuple[str, ...] | list[str], *,
              error: type[InputError] = TraceError, empty: str = "the trace has no requests"
              ) -> pd.DataFrame:
@@ -64,11 +84,15 @@ def read_csv(path: Path, field: str | None, required: tuple[str, ...] | list[str
     raise ``error`` naming the file and ``field``."""
     try:
         df = pd.read_csv(path)
-    except UnicodeDecodeError:
+    except UnicodeDecodeError as e:
+        if gzipped(path):
+            raise error(str(path), field, f"not UTF-8 text: {e}") from None
         inputs.read_text(path, field, error, "CSV file")  # says where the bad byte is
         raise
     except (pd.errors.ParserError, pd.errors.EmptyDataError) as e:
         raise error(str(path), field, f"not a readable CSV: {e}") from None
+    except (OSError, EOFError, zlib.error) as e:  # a broken gzip stream
+        raise error(str(path), field, f"not a readable gzip file: {e}") from None
     missing = [c for c in required if c not in df.columns]
     if missing:
         raise error(str(path), field,

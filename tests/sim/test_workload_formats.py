@@ -3,6 +3,7 @@ gets an error naming the file, the line and the column."""
 
 from __future__ import annotations
 
+import gzip
 import json
 
 import numpy as np
@@ -11,7 +12,7 @@ from pydantic import ValidationError
 
 from sim.cli.app import main
 from sim.errors import ScenarioError, TraceError
-from sim.traffic import build_workload, read_trace
+from sim.traffic import build_workload, read_trace, trace_formats
 from sim.traffic.schema import TraceWorkload, WorkloadSpec
 from sim.traffic.trace_formats import (
     read_burstgpt_trace,
@@ -117,6 +118,58 @@ def test_mooncake_bad_line_names_line_and_column(tmp_path, bad_line, fragments):
     assert "m.jsonl" in str(e.value)
     for f in fragments:
         assert f in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["jsonl", "jsonl.gz"])
+@pytest.mark.parametrize("layout", ["plain", "no final newline", "blank line", "float time"])
+def test_mooncake_fast_reader_agrees_with_the_line_by_line_one(tmp_path, monkeypatch, layout, gz):
+    records = [dict(r) for r in MOONCAKE_RECORDS]
+    if layout == "float time":
+        records[1]["timestamp"] = 250.5  # pyarrow reads a float column: the careful reader takes it
+    lines = [json.dumps(r) for r in records]
+    text = "\n".join(lines) + "\n"
+    if layout == "no final newline":
+        text = text[:-1]
+    if layout == "blank line":
+        text = f"{lines[0]}\n\n{lines[1]}\n{lines[2]}\n"
+    path = tmp_path / ("m.jsonl.gz" if gz else "m.jsonl")
+    path.write_bytes(gzip.compress(text.encode()) if gz else text.encode())
+    assert (trace_formats._mooncake_columns(path) is not None) == (layout in ("plain", "no final newline"))
+    fast = read_mooncake_trace(path, hash_block_size=512)
+    monkeypatch.setattr(trace_formats, "_mooncake_columns", lambda p: None)
+    slow = read_mooncake_trace(path, hash_block_size=512)
+    for f in ("arrival", "prompt_len", "output_len", "hash_offsets", "hash_ids"):
+        a, b = getattr(fast, f), getattr(slow, f)
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(fast.hash_ids, [0, 1, 2, 3, 4, 0, 1])  # sorted by time
+
+
+def test_a_gzipped_csv_trace_reads_as_the_plain_one(tmp_path):
+    (tmp_path / "b.csv").write_text(BURSTGPT)
+    (tmp_path / "b.csv.gz").write_bytes(gzip.compress(BURSTGPT.encode()))
+    plain, packed = read_burstgpt_trace(tmp_path / "b.csv"), read_burstgpt_trace(tmp_path / "b.csv.gz")
+    np.testing.assert_array_equal(plain.arrival, packed.arrival)
+    np.testing.assert_array_equal(plain.prompt_len, packed.prompt_len)
+
+
+@pytest.mark.parametrize("name,fmt", [("m.jsonl.gz", "mooncake"), ("t.jsonl.gz", "jsonl"), ("b.csv.gz", "burstgpt")])
+def test_a_broken_gzip_trace_is_named_with_exit_2(tmp_path, capsys, name, fmt):
+    text = BURSTGPT if fmt == "burstgpt" else json.dumps(MOONCAKE_RECORDS[0]) + "\n"
+    whole = gzip.compress((text * 50).encode())
+    (tmp_path / name).write_bytes(whole[: len(whole) // 2])
+    extra = ", columns: {arrival: timestamp, prompt_len: input_length, output_len: output_length}" * (fmt == "jsonl")
+    (tmp_path / "s.yaml").write_text(f"workload: {{trace: {{path: {name}, format: {fmt}{extra}}}}}\n")
+    assert main(["run", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert name in err and "workload.trace.path" in err and "gzip" in err, err
+
+
+def test_mooncake_errors_name_the_line_after_a_blank_one(tmp_path):
+    bad = {**MOONCAKE_RECORDS[1], "input_length": -3}
+    (tmp_path / "m.jsonl").write_text(f"{json.dumps(MOONCAKE_RECORDS[0])}\n\n{json.dumps(bad)}\n")
+    with pytest.raises(TraceError, match=r"input_length \(line 3\)"):
+        read_mooncake_trace(tmp_path / "m.jsonl")
 
 
 # -- generic CSV / JSONL ---------------------------------------------------------------------

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from sim.errors import ScenarioError
-from sim.traffic import build_workload
+from sim.traffic import block_hashes, build_workload
 from sim.traffic.block_hashes import mooncake_blocks
 from tests.sim.helpers import scenario
 from tests.sim.test_workload_formats import write_mooncake
@@ -184,6 +184,26 @@ def test_mooncake_hash_ids_expand_to_our_blocks():
 def test_mooncake_hash_ids_beyond_the_list_are_not_invented():
     off, _ = mooncake_blocks(np.array([0, 1]), np.array([4]), np.array([2000]), 512, 16)
     assert off[-1] == 32  # only the first 512 tokens have an id
+
+
+@pytest.mark.parametrize("block_size", [16, 48, 512])
+def test_mooncake_block_ids_follow_the_rule_block_by_block(monkeypatch, block_size):
+    """Against the docstring's rule, one block at a time, across the chunks the fast path works in."""
+    monkeypatch.setattr(block_hashes, "_CHUNK", 3)
+    rng = np.random.default_rng(7)
+    counts = rng.integers(1, 6, size=9)
+    offsets = np.concatenate([[0], np.cumsum(counts)])
+    hashes = rng.integers(0, 4, size=offsets[-1])  # few distinct ids: many shared chains
+    prompt = counts * 512 - rng.integers(0, 512, size=9)
+    off, ids = mooncake_blocks(offsets, hashes, prompt, 512, block_size)
+    for i in range(9):
+        chain, prev = [], block_hashes.hash_keys(block_hashes.MOONCAKE)
+        for h in hashes[offsets[i]:offsets[i + 1]]:
+            prev = block_hashes.extend(prev, h)
+            chain.append(prev)
+        want = [block_hashes.extend(chain[e // 512], e % 512)[0]
+                for e in range(block_size - 1, prompt[i], block_size)]
+        np.testing.assert_array_equal(ids[off[i]:off[i + 1]], want)
 
 
 def test_mooncake_trace_gives_prefix_ids_with_the_scheduler_block_size(tmp_path):
