@@ -65,7 +65,7 @@ def block_table(capacities: list[int]) -> BlockTable:
     off[1:, 0] = np.cumsum(caps)
     off[1:, 1] = np.cumsum(slots)
     n = int(off[-1, 0])
-    node = np.full((n, 8), -1, dtype=np.int64)
+    node = np.full((n, 6), -1, dtype=np.int64)
     node[:, KEY] = 0
     node[:, NEXT] = np.arange(1, n + 1)
     node[off[1:, 0][caps > 0] - 1, NEXT] = -1  # each owner's free list ends at its last node
