@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from sim.core.plan import SHAPE_FIELDS, SHAPE_SIZE
+from sim.errors import InputError
 
 COLUMNS = ("request_id", "token_index", "gap_s", "batch", "context", "mixed")
 
@@ -114,7 +115,15 @@ def main(argv=None) -> int:
         print("usage: python -m endpoint.decode_steps RESULTS_DIR", file=sys.stderr)
         return 2
     folder = Path(argv[0])
-    cost = _cost_of(folder)
+    if not (folder / "profile.scenario.yaml").is_file():
+        print(f"error: {folder}: expected a validation's results folder (profile.json, "
+              "profile.scenario.yaml and one folder per workload)", file=sys.stderr)
+        return 2
+    try:
+        cost = _cost_of(folder)
+    except InputError as e:  # the profile's model (its config.json) or the profile itself
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     for w in sorted(p.parent for p in folder.glob("*/run1")):
         for run in sorted(w.glob("run*")):
             g = decode_gaps(pd.read_parquet(run / "requests.parquet"), pd.read_parquet(run / "itl.parquet"))

@@ -97,3 +97,15 @@ def test_the_results_readme_shows_plain_decode_per_run_apart_from_what_is_off():
     assert cells[-1] == "decode: simulated 2184 ms vs measured 2440 ms per request (-8.5% of E2E)"
     old_cells = [c.strip() for c in next(line for line in lines if line.startswith("| old |")).split("|")[1:-1]]
     assert old_cells[col] == "–"
+
+
+def test_the_command_names_a_folder_that_is_not_a_validations_results(tmp_path, capsys):
+    from endpoint.decode_steps import main
+
+    assert main([str(tmp_path)]) == 2
+    assert str(tmp_path) in capsys.readouterr().err
+    (tmp_path / "profile.scenario.yaml").write_text(
+        "model: {hf_config: missing-model, name: m}\ncost: {model: profile}\n")
+    (tmp_path / "profile.json").write_text("{}")
+    assert main([str(tmp_path)]) == 2  # the profile's model is gone: a message, not a traceback
+    assert "error:" in capsys.readouterr().err
