@@ -4,7 +4,6 @@ picks the reader a scenario's trace spec names."""
 from __future__ import annotations
 
 import json
-import zlib
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +11,7 @@ import numpy as np
 from sim.errors import TraceError
 from sim.traffic.ragged import offsets_from_counts
 from sim.traffic.traces import (
+    READ_ERRORS,
     Trace,
     check_file,
     csv_lines,
@@ -22,6 +22,7 @@ from sim.traffic.traces import (
     seconds_from_datetimes,
     seconds_from_numbers,
     token_counts,
+    unreadable,
 )
 
 BURSTGPT_COLUMNS = ("Timestamp", "Model", "Request tokens", "Response tokens")
@@ -110,8 +111,8 @@ def read_jsonl(path: Path, keys: tuple[str, ...], field: str
                 lines.append(number)
     except UnicodeDecodeError as e:
         raise TraceError(source, field, f"not UTF-8 text: {e}") from None
-    except (OSError, EOFError, zlib.error) as e:  # a broken gzip stream
-        raise TraceError(source, field, f"not a readable gzip file: {e}") from None
+    except READ_ERRORS as e:
+        raise TraceError(source, field, unreadable(path, e)) from None
     if not lines:
         raise TraceError(source, field, "the trace has no requests")
     return values, np.asarray(lines)

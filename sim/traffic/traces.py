@@ -69,12 +69,20 @@ def open_text(path: Path) -> IO[str]:
     return gzip.open(path, "rt", encoding="utf-8") if gzipped(path) else path.open(encoding="utf-8")
 
 
+# What reading a file may raise beyond its content's own errors: I/O, and a broken gzip stream.
+READ_ERRORS = (OSError, EOFError, zlib.error)
+
+
+def unreadable(path: Path, e: Exception) -> str:
+    return f"{'not a readable gzip file' if gzipped(path) else 'cannot read the file'}: {e}"
+
+
 def read_bytes(path: Path, field: str | None) -> bytes:
-    """The file's bytes (decompressed, for ``.gz``); a broken gzip stream is a TraceError."""
+    """The file's bytes (decompressed, for ``.gz``)."""
     try:
         return gzip.decompress(path.read_bytes()) if gzipped(path) else path.read_bytes()
-    except (OSError, EOFError, zlib.error) as e:
-        raise TraceError(str(path), field, f"not a readable gzip file: {e}") from None
+    except READ_ERRORS as e:
+        raise TraceError(str(path), field, unreadable(path, e)) from None
 
 
 def read_csv(path: Path, field: str | None, required: tuple[str, ...] | list[str], *,
@@ -91,8 +99,8 @@ def read_csv(path: Path, field: str | None, required: tuple[str, ...] | list[str
         raise
     except (pd.errors.ParserError, pd.errors.EmptyDataError) as e:
         raise error(str(path), field, f"not a readable CSV: {e}") from None
-    except (OSError, EOFError, zlib.error) as e:  # a broken gzip stream
-        raise error(str(path), field, f"not a readable gzip file: {e}") from None
+    except READ_ERRORS as e:
+        raise error(str(path), field, unreadable(path, e)) from None
     missing = [c for c in required if c not in df.columns]
     if missing:
         raise error(str(path), field,
