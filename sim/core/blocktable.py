@@ -75,21 +75,11 @@ def block_table(capacities: list[int]) -> BlockTable:
     return BlockTable(off, node, owner, np.full((int(off[-1, 1]), 2), EMPTY, dtype=np.int64))
 
 
-# -- the whole table's state -----------------------------------------------------------------
+# -- the table's state -----------------------------------------------------------------------
 @leaf
 def unused(bt, t):
     """Blocks owner t holds that nobody uses (reclaimable)."""
     return bt.owner[t, UNUSED]
-
-
-@leaf
-def size(bt, t):
-    return bt.owner[t, SIZE]
-
-
-@leaf
-def capacity(bt, t):
-    return bt.off[t + 1, 0] - bt.off[t, 0]
 
 
 # -- array-level steps (inlined into the loops below) -----------------------------------------

@@ -7,10 +7,10 @@ a prefilled one moves to), and which of a pipelined replica's virtual engines ta
   outstanding.
 - power-of-two: two replicas drawn at random, the one with fewer outstanding requests wins.
 - prefix-affinity: the replica that already holds the longest prefix of the request's prompt
-  (as far as the router has seen: what it routed there, forgotten least recently used first,
-  like SGLang's cache-aware router and llm-d's prefix scorer), unless that replica has more
-  than ``balance_abs`` outstanding requests beyond the least loaded one; a prompt with no
-  known prefix goes to the least loaded replica.
+  (as far as the router has seen: what it routed there, forgotten least recently used first, a
+  prompt's tail before its head, like SGLang's cache-aware router's radix tree and llm-d's
+  prefix scorer), unless that replica has more than ``balance_abs`` outstanding requests beyond
+  the least loaded one; a prompt with no known prefix goes to the least loaded replica.
 Ties go to the lowest replica index.
 """
 
