@@ -130,7 +130,7 @@ def _measure(opts: Options, grid: Grid, executor, harness: Harness, spec: ModelS
     notes: list[str] = []
     stats: dict = {}
     fixed = per_seq = 0.0
-    probes = [probe(harness)]
+    probes = [probe(harness, settle=grid.settle)]
     model_ref = _scenario_model(spec, opts.weights)
     if opts.loop and model_ref is not None:
         fixed, per_seq, stats["loop"] = loop_overhead(executor, model_ref, grid, tick)
@@ -144,7 +144,7 @@ def _measure(opts: Options, grid: Grid, executor, harness: Harness, spec: ModelS
     # One set of shuffled rounds for both, so that a machine that drifts meanwhile drifts
     # under the per-op grid and the whole steps alike.
     tick.stage("per-op grid + whole steps", (len(op_plans) + len(st_plans)) * grid.repeats)
-    measured = measure(harness, op_plans + st_plans, repeats=grid.repeats, warmup=grid.warmup,
+    measured = measure(harness, op_plans + st_plans, repeats=grid.repeats, warmup=grid.warmup, settle=grid.settle,
                        ticker=tick, timer=make_timer(opts.device) if op_plans else None,
                        timed=[True] * len(op_plans) + [False] * len(st_plans), seed=grid.seed)
     samples, step_samples = measured[: len(op_plans)], measured[len(op_plans):]
@@ -166,7 +166,7 @@ def _measure(opts: Options, grid: Grid, executor, harness: Harness, spec: ModelS
         step = step.model_copy(update={"coef": [kappa * c for c in step.coef]})
     if ops is not None and per_seq:
         ops = _add_row_cost(ops, per_seq)
-    probes.append(probe(harness))
+    probes.append(probe(harness, settle=grid.settle))
     wake = wake_penalty(harness)
     if wake > 0.05:
         notes.append(f"a step right after the engine sleeps 20 ms runs {wake:.0%} slower here "

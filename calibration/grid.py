@@ -31,6 +31,9 @@ class Grid:
     warmup: int  # untimed runs before timing
     loop_requests: int  # requests of the short real-time run that measures the loop overhead
     seed: int = 0
+    # untimed runs of a plan right before each timing of it: a step repeating its predecessor's
+    # shape (as decodes do in a serving loop) runs faster than the first steps after another
+    settle: int = 1
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -62,13 +65,13 @@ CPU = Grid(
     decode_batches=(1, 2, 4, 8, 16, 24, 32),
     decode_contexts=(16, 128, 256, 512, 1024),
     step_plans=96, max_tokens=512, max_seqs=32, max_context=1024,
-    repeats=3, warmup=3, loop_requests=24,
+    repeats=3, warmup=3, loop_requests=24, settle=4,
 )
 CPU_QUICK = Grid(
     tokens=(1, 8, 32, 128), sampled=(1, 4, 8), prefill_chunks=(16, 64, 128),
     prefill_contexts=(0, 128), prefill_rows=(1, 2), decode_batches=(1, 4, 8),
     decode_contexts=(16, 256), step_plans=24, max_tokens=128, max_seqs=8, max_context=256,
-    repeats=1, warmup=1, loop_requests=6,
+    repeats=1, warmup=1, loop_requests=6, settle=2,
 )
 CUDA = Grid(
     tokens=_pow2(1, 16384), sampled=_pow2(1, 512), prefill_chunks=_pow2(16, 8192),

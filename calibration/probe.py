@@ -12,6 +12,8 @@ import time
 import numpy as np
 
 from calibration.harness import Harness, Row, decode_rows
+from calibration.measure import measure
+from calibration.progress import Ticker
 
 PROBE = ((1, 128, 1), (8, 128, 1), (1, 0, 128))  # (rows, cached tokens, new tokens)
 
@@ -23,15 +25,11 @@ def probe_plans() -> list[list[Row]]:
     return out
 
 
-def probe(harness: Harness, repeats: int = 9) -> float:
-    """Seconds of the probe steps (sum of each step's median)."""
-    plans = probe_plans()
-    times: list[list[float]] = [[] for _ in plans]
-    for _ in range(repeats):
-        for i, rows in enumerate(plans):
-            harness.run(rows)
-            times[i].append(harness.run(rows))
-    return float(sum(np.median(t) for t in times))
+def probe(harness: Harness, repeats: int = 9, settle: int = 1) -> float:
+    """Seconds of the probe steps (sum of each step's median), each timed as calibration times
+    its plans (``settle`` runs of it first: calibration's grid says how many)."""
+    samples = measure(harness, probe_plans(), repeats=repeats, warmup=0, ticker=Ticker(None), settle=settle)
+    return float(sum(s.wall for s in samples))
 
 
 def wake_penalty(harness: Harness, idle_s: float = 0.02, repeats: int = 7) -> float:

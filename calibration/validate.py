@@ -145,7 +145,8 @@ def validate(scenario: Scenario, profile_path: str | Path, setup, source: str = 
     if profile.model != scenario.model_spec.name:
         warnings.append(f"profile measured {profile.model}, the scenario runs {scenario.model_spec.name}")
     harness = Harness(executor)
-    before = probe(harness)
+    settle = int(profile.grid.get("settle", 1))  # the probe timed as calibration timed it
+    before = probe(harness, settle=settle)
     recorder = StepRecorder(executor)
     if log:
         log(f"executing {scenario.workload.num_requests or ''} requests on the engine "
@@ -160,7 +161,7 @@ def validate(scenario: Scenario, profile_path: str | Path, setup, source: str = 
     if log:
         log("simulating with the profile ...")
     sim = simulate_with(sim_scenario, cost_mode)
-    machine = machine_drift(profile, before, probe(harness))
+    machine = machine_drift(profile, before, probe(harness, settle=settle))
     wake = profile.grid.get("wake_penalty", 0.0)
     if idle == "sleep" and wake > 0.1:
         warnings.append(f"on this machine a step right after the engine sleeps runs {wake:.0%} "
