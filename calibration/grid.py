@@ -32,7 +32,7 @@ class Grid:
     loop_requests: int  # requests of the short real-time run that measures the loop overhead
     seed: int = 0
     # untimed runs of a plan right before each timing of it: a step repeating its predecessor's
-    # shape (as decodes do in a serving loop) runs faster than the first steps after another
+    # shape (as decodes do in a serving loop) runs faster than the first steps after a change
     settle: int = 1
 
     def to_json(self) -> dict:

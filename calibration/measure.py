@@ -53,9 +53,9 @@ def measure(harness: Harness, plans: Sequence[Sequence[Row]], *, repeats: int, w
             ticker: Ticker, timer=None, timed: Sequence[bool] | None = None,
             seed: int = 0, settle: int = 1) -> list[Sample]:
     """Time every plan ``repeats`` times in shuffled rounds, each visit after ``settle`` untimed
-    runs of it. With ``timer``, each visit of a
-    plan marked in ``timed`` (all by default) runs it twice, with the timer (per-op seconds)
-    and without (the wall), back to back, so both see the machine in the same state."""
+    runs of it. With ``timer``, each visit of a plan marked in ``timed`` (all by default) then
+    runs it twice, with the timer (per-op seconds) and without (the wall), back to back, so both
+    see the machine in the same state."""
     plans = [list(p) for p in plans]
     timed_plan = [timer is not None] * len(plans) if timed is None else \
         [timer is not None and t for t in timed]
