@@ -19,13 +19,13 @@ import numpy as np
 
 from calibration import select
 from calibration.grid import Grid, grid_for
-from calibration.harness import Harness
 from calibration.loop import loop_overhead
 from calibration.measure import make_timer, measure, noise_factor
 from calibration.ops import build_ops, points
 from calibration.probe import probe, wake_penalty
 from calibration.progress import Ticker, ticker
 from calibration.steps import fit_steps, step_plans
+from engine.plan_timer import PlanTimer
 from sim.pricing.profile import SCHEMA_VERSION, Device, Ops, Profile
 from sim.scenario.specs import ModelSpec, get_model
 
@@ -119,13 +119,13 @@ def calibrate(opts: Options, grid: Grid | None = None) -> Profile:
     executor, spec, dtype = load_engine(opts)
     grid = (grid or grid_for(opts.device, opts.quick)).clipped(spec.max_model_len)
     executor.warmup()
-    harness = Harness(executor)
+    harness = PlanTimer(executor)
     with ticker(opts.progress) as tick:
         profile = _measure(opts, grid, executor, harness, spec, dtype, tick)
     return profile
 
 
-def _measure(opts: Options, grid: Grid, executor, harness: Harness, spec: ModelSpec, dtype: str,
+def _measure(opts: Options, grid: Grid, executor, harness: PlanTimer, spec: ModelSpec, dtype: str,
              tick: Ticker) -> Profile:
     notes: list[str] = []
     stats: dict = {}
@@ -138,9 +138,9 @@ def _measure(opts: Options, grid: Grid, executor, harness: Harness, spec: ModelS
     elif opts.loop:
         notes.append("serving-loop overhead not measured (the model has no scenario name)")
     ops, step = None, None
-    pts = points(grid, harness, spec.max_model_len) if opts.ops else None
+    pts = points(grid, harness) if opts.ops else None
     op_plans = pts.all() if pts else []
-    st_plans = step_plans(harness, grid, spec.max_model_len) if opts.step else []
+    st_plans = step_plans(harness, grid) if opts.step else []
     # One set of shuffled rounds for both, so that a machine that drifts meanwhile drifts
     # under the per-op grid and the whole steps alike.
     tick.stage("per-op grid + whole steps", (len(op_plans) + len(st_plans)) * grid.repeats)

@@ -121,9 +121,9 @@ def validate(scenario: Scenario, profile_path: str | Path, setup, source: str = 
     or ``spin``); ``cost_mode``: the profile's step fit, per-op model, or its default;
     ``repeats``: engine runs (a second one gives the measurement's run-to-run spread)."""
     from calibration.calibrate import device_name
-    from calibration.harness import Harness
     from calibration.probe import probe
     from engine.execute import prepare
+    from engine.plan_timer import PlanTimer
     from sim.pricing import make_cost_model
     from sim.pricing.profiled import ProfiledCost
 
@@ -144,7 +144,7 @@ def validate(scenario: Scenario, profile_path: str | Path, setup, source: str = 
         cost = ProfiledCost(cost.profile, cost.roofline, mode=cost_mode)
     if profile.model != scenario.model_spec.name:
         warnings.append(f"profile measured {profile.model}, the scenario runs {scenario.model_spec.name}")
-    harness = Harness(executor)
+    harness = PlanTimer(executor)
     settle = int(profile.grid.get("settle", 1))  # the probe timed as calibration timed it
     before = probe(harness, settle=settle)
     recorder = StepRecorder(executor)

@@ -64,8 +64,8 @@ def validate(scenario, profile_path: str | Path, url: str, model: str, *, source
              log=print, progress: bool = True) -> Validation:
     """Measure the scenario ``repeats`` times between two speed probes, then ``compare``."""
     from endpoint.calibrate import probe_design, speed_probe
-    from endpoint.cli import measure
     from endpoint.loadgen import Options
+    from endpoint.measure import measure
     from endpoint.probes import Prober
     from endpoint.prompts import PromptBuilder
     from endpoint.records import itl_frame, requests_frame, write_run

@@ -45,7 +45,7 @@ def test_profile_has_per_op_tables_fits_and_a_step_fit(quick_profile):
 
 
 def test_profiled_cost_prices_steps_in_both_modes(quick_profile):
-    from calibration.harness import Row, decode_rows, shape_of
+    from engine.plan_timer import Row, decode_rows, shape_of
     from sim.pricing.profiled import ProfiledCost
     from sim.pricing.roofline import RooflineCost
     from sim.scenario.specs import get_gpu
@@ -64,12 +64,12 @@ def test_profiled_cost_prices_steps_in_both_modes(quick_profile):
 
 def test_measurements_are_medians_of_interleaved_runs():
     from calibration.calibrate import Options, load_engine
-    from calibration.harness import Harness, Row, decode_rows
     from calibration.measure import make_timer, measure
     from calibration.progress import Ticker
+    from engine.plan_timer import PlanTimer, Row, decode_rows
 
     executor, _, _ = load_engine(Options(model="tiny-llama", progress=False))
-    h = Harness(executor)
+    h = PlanTimer(executor)
     plans = [decode_rows(2, 40), [Row(0, 32)], [Row(16, 8, sample=False)]]
     samples = measure(h, plans, repeats=3, warmup=1, ticker=Ticker(None), timer=make_timer("cpu"))
     assert [s.shape.num_seqs for s in samples] == [2, 1, 1]

@@ -7,8 +7,8 @@ import time
 import pytest
 
 from calibration import select
-from calibration.harness import Row, decode_rows, shape_of
 from calibration.measure import Sample
+from engine.plan_timer import Row, decode_rows, shape_of
 from sim.pricing.profile import LinearFit, Ops, Table
 from sim.scenario.specs import get_model
 
