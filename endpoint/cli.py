@@ -44,6 +44,24 @@ def add_client_options(p, model_help: str = "served model name (default: the ser
                         "(/v1/chat/completions)")
     p.add_argument("--no-exact-output", action="store_true",
                    help="do not send ignore_eos / min_tokens (servers that reject them)")
+    add_limit_options(p)
+
+
+def add_limit_options(p) -> None:
+    p.add_argument("--request-timeout", type=float, default=600.0, metavar="S",
+                   help="the longest a request may take, send to [DONE]; then it is recorded as "
+                        "timed out (default 600)")
+    p.add_argument("--time-limit", type=float, default=None, metavar="S",
+                   help="the longest the whole run may take; then requests in flight are cancelled "
+                        "and recorded as such (default: none)")
+
+
+def limits(args) -> tuple[float, float | None]:
+    """``--request-timeout`` and ``--time-limit``, checked."""
+    for flag, v in (("--request-timeout", args.request_timeout), ("--time-limit", args.time_limit)):
+        if v is not None and not v > 0:
+            raise InputError(flag, None, f"expected seconds > 0, got {v}")
+    return args.request_timeout, args.time_limit
 
 
 @contextlib.contextmanager
@@ -56,7 +74,8 @@ def progress_bar(total: int, label: str, enabled: bool = True):
 
 
 def measure(scenario, url: str, model: str, *, tokenizer: str | None, api: str, exact: bool,
-            source: str, progress: bool = True, label: str | None = None, seed: int | None = None):
+            source: str, progress: bool = True, label: str | None = None, seed: int | None = None,
+            request_timeout: float = 600.0, time_limit: float | None = None):
     """Run the scenario's requests against the server; returns (plan, LoadResult). ``seed``:
     the prompts' words (default: the scenario's seed); lengths, arrivals and sharing stay."""
     from endpoint.loadgen import Options, run
@@ -64,14 +83,14 @@ def measure(scenario, url: str, model: str, *, tokenizer: str | None, api: str, 
     from endpoint.server_metrics import identity
 
     vocab = load_vocab(url, tokenizer)
-    opts = Options(url=url, model=model, api=api, exact_output=exact)
+    opts = Options(url=url, model=model, api=api, exact_output=exact, timeout_s=request_timeout)
     overhead = chat_overhead(opts) if api == "chat" else 0
     p = plan(scenario, vocab, api=api, chat_overhead=overhead, seed=seed)
     models = {m["id"]: m for m in identity(url).get("models", [])}
     check_fits(p, (models.get(model) or {}).get("max_model_len"), source)
     with progress_bar(len(p.requests), label or scenario.name, progress) as bar:
         result = run(p.requests, opts, closed=p.closed, think_time_s=p.think_time_s,
-                     on_done=lambda _r: bar.tick())
+                     on_done=lambda _r: bar.tick(), time_limit_s=time_limit)
     return p, result
 
 
@@ -87,17 +106,22 @@ def chat_overhead(opts) -> int:
 
 
 def cmd_loadgen(args) -> int:
+    from rich.markup import escape
+
+    from endpoint.failures import describe
     from endpoint.records import itl_frame, requests_frame, write_run
     from endpoint.server_metrics import identity
     from sim.cli.console import console
     from sim.scenario.schema import load_scenario
 
+    timeout, time_limit = limits(args)
     url = check_url(args.endpoint)
     model = served_model(url, args.model)
     scenario = load_scenario(args.scenario, args.set)
     source = args.scenario or "<default scenario>"
     p, result = measure(scenario, url, model, tokenizer=args.tokenizer, api=args.api,
-                        exact=not args.no_exact_output, source=source, progress=not args.no_progress)
+                        exact=not args.no_exact_output, source=source, progress=not args.no_progress,
+                        request_timeout=timeout, time_limit=time_limit)
     req = requests_frame(result, scenario.slo, p.workload.class_names,
                          p.workload.class_id)
     itl = itl_frame(result)
@@ -106,10 +130,15 @@ def cmd_loadgen(args) -> int:
     paths = write_run(args.out, result, req, itl, meta)
     print_run(console, req, itl, result)
     console.print(f"results in {Path(args.out).resolve()} ({', '.join(p.name for p in paths.values())})")
+    if not (req["status"] == "finished").any():
+        console.print(f"[red]no request finished:[/] {escape(describe(req['error'], len(req)))}")
     return 0 if (req["status"] == "finished").all() else 1
 
 
 def print_run(console, req, itl, result) -> None:
+    from rich.markup import escape
+
+    from endpoint.failures import describe
     from endpoint.records import bench_metrics
 
     b = bench_metrics(req, itl, result.duration_s)
@@ -124,8 +153,12 @@ def print_run(console, req, itl, result) -> None:
     lag = f"send lag p99 {c['send_lag_p99_ms']:.2f} ms, " if "send_lag_p99_ms" in c else ""
     console.print(f"  client: {lag}event-loop lag p99 {c['loop_lag_p99_ms']:.2f} ms, "
                   f"CPU {c['cpu_per_chunk_us']:.0f} µs per chunk")
-    for e in sorted({e for e in req["error"] if e})[:3]:
-        console.print(f"[red]error:[/] {e}")
+    if bad:
+        console.print(f"[red]failed:[/] {escape(describe(req['error'], len(req)))}")
+    retried = sum(r.retries for r in result.records)
+    if retried:
+        console.print(f"  {retried} request(s) sent again on a new connection (the server had closed "
+                      "the kept-alive one)")
 
 
 def register(sub) -> None:
@@ -150,6 +183,7 @@ def add_endpoint_options(p, what: str) -> None:
                    help="the server's model name (default: its first)")
     g.add_argument("--tokenizer", default=None,
                    help="tokenizer.json or model folder (default: the served model's folder, if local)")
+    add_limit_options(g)
 
 
 def sim_model_for(url: str, served: str, given: str | None):
@@ -178,20 +212,29 @@ def sim_model_for(url: str, served: str, given: str | None):
 def cmd_calibrate(args) -> int:
     import yaml
 
-    from endpoint.calibrate import Settings, calibrate, saturation_check
+    from endpoint.calibrate import Settings, calibrate, keep_partial, saturation_check
+    from endpoint.probes import ProbeData
     from endpoint.records import write_text
     from endpoint.replay import load_vocab
     from sim.cli.console import console
     from sim.pricing.profile import save_profile
 
+    timeout, time_limit = limits(args)
     url = check_url(args.endpoint)
     served = served_model(url, args.served_model)
     sim_model = sim_model_for(url, served, args.model)
     vocab = load_vocab(url, args.tokenizer)
     out = Path(args.out or "profile-endpoint.json")
     s = Settings(url=url, model=served, sim_model=sim_model, quick=args.quick, seed=args.seed,
-                 progress=not args.no_progress, device_type="cpu" if args.device == "cpu" else "gpu")
-    profile, fragment, data = calibrate(s, vocab)
+                 progress=not args.no_progress, device_type="cpu" if args.device == "cpu" else "gpu",
+                 request_timeout=timeout, time_limit=time_limit)
+    data = ProbeData()
+    try:
+        profile, fragment, data = calibrate(s, vocab, data=data)
+    except InputError as e:  # the server failed a probe, or time ran out: keep what was measured
+        kept = keep_partial(data, out)
+        raise InputError(e.source, e.field, f"{e.message}; no profile written, the measurements so far "
+                         f"are in {kept}") from None
     path = save_profile(profile, out)
     frag_path = out.with_suffix(".scenario.yaml")
     fragment["cost"]["profile"] = out.name
@@ -238,13 +281,15 @@ def cmd_validate(args) -> int:
     bounds = parse_bounds(args.max_error)
     if args.repeats < 1:
         raise InputError("--repeats", None, f"expected a positive number, got {args.repeats}")
+    timeout, time_limit = limits(args)
     url = check_url(args.endpoint)
     served = served_model(url, args.served_model)
     scenario = load_scenario(args.scenario, args.set)
     source = args.scenario or "<default scenario>"
     out = Path(args.out)
     v = validate(scenario, args.profile, url, served, source=source, tokenizer=args.tokenizer,
-                 repeats=args.repeats, out=out, log=lambda m: console.print(m))
+                 repeats=args.repeats, out=out, log=lambda m: console.print(m), request_timeout=timeout,
+                 time_limit=time_limit)
     write_validation(v, out)
     print_validation(v, console)
     for d in v.diagnosis:

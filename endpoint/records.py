@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from endpoint.failures import failure_counts, kind_of
 from endpoint.loadgen import LoadResult
 from sim.results.jsonsafe import json_safe as _clean
 from sim.results.metrics import slo_limits, slo_met, summarize
@@ -24,7 +25,8 @@ from sim.results.metrics import slo_limits, slo_met, summarize
 
 def requests_frame(result: LoadResult, slo=None, class_names=None, class_id=None) -> pd.DataFrame:
     """One row per request, the columns of ``sim.results.metrics.requests_frame`` (unknowns:
-    replica and engine 0, no preemptions, scheduling time NaN) plus ``error``."""
+    replica and engine 0, no preemptions, scheduling time NaN) plus ``error``. A failed request
+    is ``rejected``, its ``reject_reason`` the failure's kind (``endpoint.failures.KINDS``)."""
     recs = result.records
     n = len(recs)
     ok = np.array([not r.error and r.chunks > 0 for r in recs], dtype=bool)
@@ -49,7 +51,7 @@ def requests_frame(result: LoadResult, slo=None, class_names=None, class_id=None
         "output_tokens": np.where(ok, out_tok, 0),
         "max_output_tokens": np.array([r.max_tokens for r in recs], dtype=np.int64),
         "status": np.where(ok, "finished", "rejected"),
-        "reject_reason": ["" if not r.error else "server error" for r in recs],
+        "reject_reason": [kind_of(r.error) if r.error else "" for r in recs],
         "preemptions": np.zeros(n, dtype=np.int64),
         "cached_tokens": np.array([r.cached_tokens or 0 for r in recs], dtype=np.int64),
         "first_scheduled": np.full(n, np.nan),
@@ -116,7 +118,8 @@ def write_parquet(path: Path, df: pd.DataFrame) -> Path:
 def write_run(out: str | Path, result: LoadResult, requests: pd.DataFrame, itl: pd.DataFrame,
               meta: dict) -> dict[str, Path]:
     """``requests.parquet``, ``itl.parquet`` and ``summary.json`` (summary as ``servesim run``
-    computes it, plus the bench figures, the client's overhead and ``meta``)."""
+    computes it, plus the bench figures, the client's overhead, the failures by kind and
+    ``meta``)."""
     out = Path(out)
     summary = summarize(requests, pd.DataFrame({"duration": [], "num_seqs": []}))
     paths = {"requests": write_parquet(out / "requests.parquet", requests),
@@ -124,5 +127,7 @@ def write_run(out: str | Path, result: LoadResult, requests: pd.DataFrame, itl: 
     paths["summary"] = write_json(out / "summary.json", {
         **meta, "mode": f"measured ({result.mode} loop)", "summary": summary,
         "bench": bench_metrics(requests, itl, result.duration_s), "client_overhead": result.client,
+        "failures": {"requests": len(requests), **failure_counts(requests["error"]),
+                     "retried": sum(r.retries for r in result.records)},
         "errors": sorted({e for e in requests["error"] if e})[:10]})
     return paths
