@@ -106,9 +106,6 @@ def chat_overhead(opts) -> int:
 
 
 def cmd_loadgen(args) -> int:
-    from rich.markup import escape
-
-    from endpoint.failures import describe
     from endpoint.records import itl_frame, requests_frame, write_run
     from endpoint.server_metrics import identity
     from sim.cli.console import console
@@ -130,8 +127,6 @@ def cmd_loadgen(args) -> int:
     paths = write_run(args.out, result, req, itl, meta)
     print_run(console, req, itl, result)
     console.print(f"results in {Path(args.out).resolve()} ({', '.join(p.name for p in paths.values())})")
-    if not (req["status"] == "finished").any():
-        console.print(f"[red]no request finished:[/] {escape(describe(req['error'], len(req)))}")
     return 0 if (req["status"] == "finished").all() else 1
 
 
@@ -154,7 +149,8 @@ def print_run(console, req, itl, result) -> None:
     console.print(f"  client: {lag}event-loop lag p99 {c['loop_lag_p99_ms']:.2f} ms, "
                   f"CPU {c['cpu_per_chunk_us']:.0f} µs per chunk")
     if bad:
-        console.print(f"[red]failed:[/] {escape(describe(req['error'], len(req)))}")
+        head = "no request finished" if bad == len(req) else "failed"
+        console.print(f"[red]{head}:[/] {escape(describe(req['error'], len(req)))}")
     retried = sum(r.retries for r in result.records)
     if retried:
         console.print(f"  {retried} request(s) sent again on a new connection (the server had closed "

@@ -213,7 +213,7 @@ def _failure(e: BaseException, rec: Record, opts: Options) -> str:
         what = f"the stream stalled {got}" if rec.chunks else "no answer"
         return error("timeout", f"{what}: the request timeout of {opts.timeout_s:g} s ran out")
     if isinstance(e, aiohttp.ClientPayloadError):
-        return error("connection", f"the connection was cut mid-stream {got} ({e})")
+        return error("connection", f"the connection was cut mid-stream {got}: {e}")
     if isinstance(e, aiohttp.ClientConnectorError):
         return error("connection", f"cannot connect: {e}")
     if isinstance(e, (aiohttp.ClientError, OSError)):

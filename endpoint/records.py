@@ -74,14 +74,15 @@ def itl_frame(result: LoadResult) -> pd.DataFrame:
 
 
 def bench_metrics(requests: pd.DataFrame, itl: pd.DataFrame, duration_s: float) -> dict[str, float]:
-    """The figures ``vllm bench serve`` prints, from the same definitions (ms; per second)."""
+    """The figures ``vllm bench serve`` prints, from the same definitions (ms; per second), of
+    the finished requests (``itl`` keeps every request's gaps)."""
     fin = requests[requests["status"] == "finished"]
     out = {"completed": len(fin), "duration_s": duration_s,
            "request_throughput": len(fin) / duration_s,
            "output_throughput": float(fin["output_tokens"].sum()) / duration_s,
            "total_token_throughput": float(fin["output_tokens"].sum() + fin["prompt_tokens"].sum())
            / duration_s}
-    gaps = itl["gap_s"].to_numpy()
+    gaps = itl["gap_s"].to_numpy()[itl["request_id"].isin(fin["request_id"]).to_numpy()]
     for name, v in (("ttft", fin["ttft"].to_numpy()), ("tpot", fin["tpot"].dropna().to_numpy()),
                     ("itl", gaps), ("e2el", fin["e2e"].to_numpy())):
         if len(v):

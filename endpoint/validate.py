@@ -96,6 +96,8 @@ def validate(scenario, profile_path: str | Path, url: str, model: str, *, source
     prober.phase = "the speed probe before"
     before = speed_probe(prober)
     runs = []
+    if out is not None:
+        clear_stale(out, repeats)
     for k in range(repeats):
         prober.phase = f"run {k + 1}"
         m0 = scrape(url)
@@ -118,6 +120,20 @@ def validate(scenario, profile_path: str | Path, url: str, model: str, *, source
     context = {"url": url, "model": model, "api": api,
                "speed_probe": {"before": before, "after": after, "design": probe_design()}}
     return compare(scenario, profile_path, runs, context, source=source, log=log)
+
+
+def clear_stale(out: Path, repeats: int) -> None:
+    """Before new runs are written to ``out``: an older validation's scores and its runs
+    beyond ``repeats`` go, so that nothing there mixes two validations (a refused one leaves
+    its runs and no score)."""
+    import shutil
+
+    for name in ("validation.json", "report.html", "requests.csv"):
+        (out / name).unlink(missing_ok=True)
+    k = repeats + 1
+    while (out / f"run{k}").is_dir():
+        shutil.rmtree(out / f"run{k}")
+        k += 1
 
 
 def read_runs(folder: Path) -> list[MeasuredRun]:

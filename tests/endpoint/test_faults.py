@@ -226,13 +226,17 @@ def test_validate_against_a_server_that_fails_everything_says_so(server, tmp_pat
 
 
 def test_validate_refuses_to_score_a_run_with_failed_requests(server, tmp_path, capsys):
+    stale = tmp_path / "v"
+    for old in ("validation.json", "run2/requests.parquet"):  # an older validation's, with 2 runs
+        (stale / old).parent.mkdir(parents=True, exist_ok=True)
+        (stale / old).write_text("{}")
     server.fault("no-done", every=12)  # the speed probe sends 11: the run's first request ends early
     assert validate(server, tmp_path) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert "validation run 1: 1 of 6 request(s) failed: 1 ended early" in err and "not scored" in err
     df = pd.read_parquet(tmp_path / "v" / "run1" / "requests.parquet")
     assert len(df) == 6 and (df["error"] != "").sum() == 1
-    assert not (tmp_path / "v" / "validation.json").exists()
+    assert not (tmp_path / "v" / "validation.json").exists() and not (tmp_path / "v" / "run2").exists()
 
 
 def test_validate_stops_at_its_time_limit(server, tmp_path, capsys):
