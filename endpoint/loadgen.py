@@ -171,6 +171,8 @@ async def _stream(session, url: str, body: dict, rec: Record, t0: float, stats: 
         done = False
         async for raw in resp.content:
             line = raw.strip()
+            if line.startswith(b"error:") and not rec.error:  # llama.cpp's error event
+                rec.error = error("server error", line[6:].strip().decode("utf-8", "replace"))
             if not line.startswith(b"data:"):
                 continue  # blank separators, SSE comments
             now = time.perf_counter()

@@ -42,6 +42,7 @@ FAULTS = {
     "bad-usage": "every token, then usage.completion_tokens = \"many\"",
     "no-done": "half the tokens, then the stream ends (no usage, no [DONE])",
     "http-500": "HTTP 500 with an error body",
+    "error-event": "a token, then an `error:` event (llama.cpp) and the end of the stream",
     "stall": "a token, then nothing until the server stops",
     "disconnect": "a token, then the connection is cut",
     "empty-final": "every token, then an empty chunk with finish_reason (llama.cpp), usage and [DONE]",
@@ -181,13 +182,16 @@ def make_app(cost: Cost, model: str = "fake", root: str | None = None,
         await resp.prepare(request)
         await asyncio.sleep(cost.overhead)
         max_tokens = int(body["max_tokens"])
-        if fault in ("null", "string", "not-json", "stall", "disconnect"):
+        if fault in ("null", "string", "not-json", "stall", "disconnect", "error-event"):
             await resp.write(_token(1))
             if fault == "stall":
                 await released.wait()
                 return resp
             if fault == "disconnect":
                 request.transport.abort()
+                return resp
+            if fault == "error-event":
+                await resp.write(b'error: {"code": 500, "message": "slot unavailable"}\n\n')
                 return resp
             await resp.write(_event({"null": "null", "string": '"x"', "not-json": "{oops"}[fault]))
             await resp.write(_event({"choices": [], "usage": {"prompt_tokens": n, "completion_tokens": 1}}))

@@ -37,7 +37,7 @@ def server(tokenizer_json):
 
 STREAM_FAULTS = {"null": "malformed event", "string": "malformed event", "not-json": "malformed event",
                  "bad-usage": "malformed event", "no-done": "ended early", "http-500": "HTTP",
-                 "disconnect": "connection"}
+                 "disconnect": "connection", "error-event": "server error"}
 
 
 @pytest.mark.parametrize("mode", list(STREAM_FAULTS))
@@ -60,7 +60,8 @@ def test_the_messages_say_what_the_server_sent(server):
     for mode, words in (("null", "data: null is not a JSON object"), ("string", 'data: "x" is not a JSON object'),
                         ("bad-usage", 'usage.completion_tokens is "many"'),
                         ("no-done", "without [DONE] after 3 token(s)"), ("http-500", "HTTP 500"),
-                        ("disconnect", "cut mid-stream after 1 token(s)")):
+                        ("disconnect", "cut mid-stream after 1 token(s)"),
+                        ("error-event", 'server error: {"code": 500, "message": "slot unavailable"}')):
         server.fault(mode)
         err = run(reqs(1), Options(url=server.url, model="fake")).records[0].error
         assert words in err, (mode, err)
