@@ -21,7 +21,7 @@ from endpoint import fit as fitting
 from endpoint.loadgen import Options
 from endpoint.probes import ProbeData, Prober, steady_gaps
 from endpoint.prompts import PromptBuilder, WordVocab
-from endpoint.server_metrics import identity
+from endpoint.server_metrics import identity, published_int
 from sim.pricing.profile import Device, LinearFit, Ops, Profile, Table
 
 SPEED_PROBE = (256, 16, 2)  # lone requests one after another: prompt, output tokens, how many
@@ -95,12 +95,12 @@ def calibrate(s: Settings, vocab: WordVocab, log=print, data: ProbeData | None =
 
     ident = identity(s.url)
     models = {m["id"]: m for m in ident.get("models", [])}
-    max_len = int((models.get(s.model) or {}).get("max_model_len") or 2048)
+    max_len = published_int(s.url, "max_model_len", (models.get(s.model) or {}).get("max_model_len")) or 2048
     cache = ident.get("cache_config", {})
     has_metrics = bool(ident.get("metrics"))
     g = grid(s, max_len)
     opts = Options(url=s.url, model=s.model, timeout_s=s.request_timeout)
-    block = int(cache.get("block_size", 16) or 16)
+    block = published_int(s.url, "cache_config_info.block_size", cache.get("block_size")) or 16
     rng = np.random.default_rng(s.seed)
     data = ProbeData() if data is None else data
     t_all = time.perf_counter()

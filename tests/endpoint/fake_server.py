@@ -54,6 +54,7 @@ FAULTS = {
 class Faults:
     mode: str | None = None
     every: int = 1
+    models: object = None  # /v1/models's answer instead of the model (a hostile listing)
     seen: int = 0  # completion requests so far
     connections: set = field(default_factory=set)  # transports that carried a request
 
@@ -156,6 +157,8 @@ def make_app(cost: Cost, model: str = "fake", root: str | None = None,
         released.set()
 
     async def models(request):
+        if holder["faults"].models is not None:
+            return web.json_response(holder["faults"].models)
         return web.json_response({"object": "list", "data": [
             {"id": model, "object": "model", "root": root, "max_model_len": 1024}]})
 

@@ -16,6 +16,7 @@ from endpoint.failures import describe, failure_counts, kind_of
 from endpoint.loadgen import Options, Request, emits_token, run
 from endpoint.probes import GapPoint, ProbeData, TtftPoint
 from endpoint.records import itl_frame, requests_frame, write_run
+from endpoint.server_metrics import identity, published_int
 from sim.cli.app import main
 from sim.errors import InputError
 from sim.pricing.profile import Device, LinearFit, Ops, Profile, Table, save_profile
@@ -111,6 +112,18 @@ def test_which_chunks_carry_a_token():
     assert not emits_token([{"delta": {"role": "assistant", "content": ""}, "finish_reason": None}])
     assert emits_token([{"delta": {"content": "x"}, "finish_reason": None}])
     assert not emits_token([{"delta": {}, "finish_reason": "stop"}])
+
+
+def test_what_the_server_publishes_is_checked(server, tmp_path, capsys):
+    server.faults.models = {"data": None}
+    assert identity(server.url)["models"] == []
+    server.faults.models = {"data": [{"id": "fake", "root": server.root, "max_model_len": "lots"}]}
+    assert calibrate(server, tmp_path) == 2
+    assert "the server publishes max_model_len = 'lots', not a positive whole number" in capsys.readouterr().err
+    assert published_int("u", "x", None) is None and published_int("u", "x", 2048.0) == 2048
+    for bad in (0, -1, 1.5, "x", [1]):
+        with pytest.raises(InputError, match="not a positive whole number"):
+            published_int("u", "x", bad)
 
 
 def test_failures_are_counted_by_kind():
