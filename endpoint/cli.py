@@ -25,7 +25,7 @@ def check_url(url: str) -> str:
 def served_model(url: str, model: str | None) -> str:
     from endpoint.server_metrics import identity
 
-    ids = [m["id"] for m in identity(url).get("models", [])]
+    ids = [m["id"] for m in identity(url).get("models", []) if isinstance(m.get("id"), str)]
     if model is None:
         if not ids:
             raise InputError("--model", None, "the server lists no model; give --model")

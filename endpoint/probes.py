@@ -116,6 +116,8 @@ class Prober:
         server that does not abort on disconnect)."""
         if not self.metrics:
             return
+        left = self.left()
+        timeout_s = timeout_s if left is None else min(timeout_s, left)
         t0 = time.perf_counter()
         while time.perf_counter() - t0 < timeout_s:
             m = scrape(self.opts.url)
