@@ -47,6 +47,7 @@ FAULTS = {
     "disconnect": "a token, then the connection is cut",
     "empty-final": "every token, then an empty chunk with finish_reason (llama.cpp), usage and [DONE]",
     "close-reused": "a request on a reused keep-alive connection: the connection closed, no answer",
+    "close-after": "every token, then the kept-alive connection closed right after the answer",
 }
 
 
@@ -217,6 +218,9 @@ def make_app(cost: Cost, model: str = "fake", root: str | None = None,
         tokens = "many" if fault == "bad-usage" else r.generated
         await resp.write(_event({"choices": [], "usage": {"prompt_tokens": n, "completion_tokens": tokens}}))
         await resp.write(_event("[DONE]"))
+        if fault == "close-after":
+            await resp.write_eof()
+            request.transport.close()
         return resp
 
     app = web.Application()
