@@ -96,21 +96,20 @@ def scenario(name: str, fragment: dict, workload: dict, base: Path, prefix_cachi
 
 
 def calibrate_server(url: str, out: Path, quick: bool) -> tuple[Path, dict, dict]:
+    from calibration.command_io import write_profile
     from endpoint.calibrate import Settings, calibrate, saturation_check
-    from endpoint.cli import _save_atomic
     from endpoint.replay import load_vocab
-    from sim.pricing.profile import save_profile
 
     vocab = load_vocab(url, None)
     s = Settings(url=url, model=vllm.NAME, sim_model={"hf_config": str(vllm.MODEL / "config.json")},
                  quick=quick)
     t0 = time.perf_counter()
     profile, fragment, data = calibrate(s, vocab)
-    path = save_profile(profile, out / "profile.json")
+    path = write_profile(profile, out / "profile.json")
     frag = {**fragment, "cost": {"model": "profile", "profile": str(path.resolve())}}
     sat = saturation_check(path, frag, data, out)
     grid = {**profile.grid, "fit": {**profile.grid["fit"], "saturation": sat}, "phases_s": data.phases_s}
-    _save_atomic(profile.model_copy(update={"grid": grid}), path)
+    write_profile(profile.model_copy(update={"grid": grid}), path)
     from endpoint.records import write_json, write_text
 
     write_text(out / "profile.scenario.yaml", yaml.safe_dump({**fragment, "cost": {
@@ -142,8 +141,8 @@ def resimulate_one(name: str, sc, profile: Path, out: Path) -> dict:
 
 
 def row_of(name: str, v, out: Path) -> dict:
+    from calibration.command_io import write_validation
     from calibration.validate import metric_figures
-    from endpoint.cli import write_validation
 
     write_validation(v, out / name)
     j = v.to_json()
@@ -160,7 +159,7 @@ def row_of(name: str, v, out: Path) -> dict:
 def crosscheck(url: str, out: Path, quick: bool, rounds: int = 2) -> dict:
     """The same closed loop (8 users, 256-token prompts, 64-token outputs) from ``vllm bench
     serve`` and from ``servesim loadgen``, alternately."""
-    from endpoint.cli import measure
+    from endpoint.measure import measure
     from endpoint.records import bench_metrics, itl_frame, requests_frame
 
     n = 16 if quick else 48
@@ -394,17 +393,17 @@ def resimulate(args) -> int:
 def refit_profile(path: Path, fragment: dict, out: Path, how: str, floor: bool, cal: dict) -> dict:
     """Fit ``path`` again from its stored probe measurements (written back in place), check it
     on the stored saturation measurement; returns the calibration summary updated."""
+    from calibration.command_io import write_profile
     from endpoint.calibrate import refit, simulate_saturation
-    from endpoint.cli import _save_atomic
     from sim.pricing.profile import load_profile
 
     profile = refit(load_profile(path), how, floor)
-    _save_atomic(profile, path)
+    write_profile(profile, path)
     fit = profile.grid["fit"]
     sat = fit.get("saturation_measured")
     if sat:
         fit["saturation"] = simulate_saturation(path, fragment, sat, out)
-        _save_atomic(profile.model_copy(update={"grid": {**profile.grid, "fit": fit}}), path)
+        write_profile(profile.model_copy(update={"grid": {**profile.grid, "fit": fit}}), path)
     return {**cal, "fit": fit["step"], "request_overhead_s": profile.request_overhead_s,
             "saturation": fit.get("saturation", cal.get("saturation")), "floor_s": fit["floor_s"],
             "refit": how}

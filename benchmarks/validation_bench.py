@@ -136,8 +136,8 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(1)
     from calibration.calibrate import Options, calibrate
+    from calibration.command_io import write_validation
     from calibration.validate import validate
-    from endpoint.cli import write_validation
     from endpoint.records import write_json, write_text
     from engine.execute import EngineSetup
     from sim.pricing.profile import load_profile, save_profile

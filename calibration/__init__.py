@@ -6,7 +6,10 @@
   and the simulator on one scenario, joined per request; errors, summary differences, HTML;
 - :mod:`calibration.vidur` — ``servesim import-vidur``: Vidur's GPU profiling CSVs → a profile.
 
-Helpers: :mod:`~calibration.harness` (synthetic plans on the engine), :mod:`~calibration.grid`,
+The commands' doors are :mod:`~calibration.cli` (one ``calibrate`` and one ``validate``,
+dispatching on ``--endpoint`` to :mod:`~calibration.engine_commands` or
+:mod:`endpoint.commands`), their shared checks and outputs :mod:`~calibration.command_io`.
+Helpers: :mod:`engine.plan_timer` (synthetic plans on the engine), :mod:`~calibration.grid`,
 :mod:`~calibration.measure`, :mod:`~calibration.ops`, :mod:`~calibration.steps`,
 :mod:`~calibration.loop`, :mod:`~calibration.probe`, :mod:`~calibration.fitting`. Modules that
 touch the engine import torch; the package itself does not. See ``calibration/README.md``.

@@ -12,20 +12,22 @@ from __future__ import annotations
 
 import datetime as dt
 import platform
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from calibration import select
 from calibration.grid import Grid, grid_for
-from calibration.harness import Harness
 from calibration.loop import loop_overhead
 from calibration.measure import make_timer, measure, noise_factor
 from calibration.ops import build_ops, points
 from calibration.probe import probe, wake_penalty
 from calibration.progress import Ticker, ticker
 from calibration.steps import fit_steps, step_plans
+from engine.plan_timer import PlanTimer
 from sim.pricing.profile import SCHEMA_VERSION, Device, Ops, Profile
 from sim.scenario.specs import ModelSpec, get_model
 
@@ -82,7 +84,20 @@ def versions() -> dict[str, str]:
     return out
 
 
-def load_engine(opts: Options):
+@dataclass
+class Target:
+    """What calibration measures: an executor, its model and dtype, the per-op timer hooked
+    into its steps, and ``drive(scenario, executor)``: a serving-loop run of a scenario on it
+    (``servesim execute``'s, in real time). Tests give a stand-in whose step times are given."""
+
+    executor: Any
+    spec: ModelSpec
+    dtype: str
+    op_timer: Any
+    drive: Callable[[Any, Any], Any]
+
+
+def load_engine(opts: Options) -> Target:
     from engine.executor import EngineExecutor
 
     spec = get_model(opts.model)
@@ -91,7 +106,14 @@ def load_engine(opts: Options):
     executor = EngineExecutor.load(opts.weights or spec, dtype=dtype, device=opts.device,
                                    seed=opts.seed, kv_memory_bytes=kv, keep_tokens=False,
                                    num_threads=opts.threads if opts.device == "cpu" else None)
-    return executor, executor.spec, dtype
+    return Target(executor, executor.spec, dtype, make_timer(opts.device), run_in_real_time)
+
+
+def run_in_real_time(scenario, executor):
+    """``servesim execute`` of ``scenario`` on a loaded, warm ``executor``."""
+    from engine.execute import EngineSetup, execute
+
+    return execute(scenario, EngineSetup(warmup=False), prepared=(scenario, executor))
 
 
 def _scenario_model(spec: ModelSpec, weights: str | None):
@@ -105,8 +127,9 @@ def _scenario_model(spec: ModelSpec, weights: str | None):
         return None
 
 
-def calibrate(opts: Options, grid: Grid | None = None) -> Profile:
-    """Measure and fit; returns the profile (not yet written)."""
+def calibrate(opts: Options, grid: Grid | None = None, target: Target | None = None) -> Profile:
+    """Measure and fit; returns the profile (not yet written). ``target``: what to measure
+    (default: the engine ``opts`` describes, loaded)."""
     if opts.device == "cuda":
         import torch
 
@@ -116,36 +139,35 @@ def calibrate(opts: Options, grid: Grid | None = None) -> Profile:
             raise InputError("--device", None, "cuda requested but no CUDA device is available")
     if not (opts.ops or opts.step):
         raise ValueError("nothing to measure: enable the per-op grid or the whole-step fit")
-    executor, spec, dtype = load_engine(opts)
-    grid = (grid or grid_for(opts.device, opts.quick)).clipped(spec.max_model_len)
-    executor.warmup()
-    harness = Harness(executor)
+    target = target or load_engine(opts)
+    grid = (grid or grid_for(opts.device, opts.quick)).clipped(target.spec.max_model_len)
+    target.executor.warmup()
     with ticker(opts.progress) as tick:
-        profile = _measure(opts, grid, executor, harness, spec, dtype, tick)
+        profile = _measure(opts, grid, target, PlanTimer(target.executor), tick)
     return profile
 
 
-def _measure(opts: Options, grid: Grid, executor, harness: Harness, spec: ModelSpec, dtype: str,
-             tick: Ticker) -> Profile:
+def _measure(opts: Options, grid: Grid, target: Target, harness: PlanTimer, tick: Ticker) -> Profile:
+    executor, spec, dtype = target.executor, target.spec, target.dtype
     notes: list[str] = []
     stats: dict = {}
     fixed = per_seq = 0.0
     probes = [probe(harness, settle=grid.settle)]
     model_ref = _scenario_model(spec, opts.weights)
     if opts.loop and model_ref is not None:
-        fixed, per_seq, stats["loop"] = loop_overhead(executor, model_ref, grid, tick)
+        fixed, per_seq, stats["loop"] = loop_overhead(executor, model_ref, grid, tick, target.drive)
         executor.reset()
     elif opts.loop:
         notes.append("serving-loop overhead not measured (the model has no scenario name)")
     ops, step = None, None
-    pts = points(grid, harness, spec.max_model_len) if opts.ops else None
+    pts = points(grid, harness) if opts.ops else None
     op_plans = pts.all() if pts else []
-    st_plans = step_plans(harness, grid, spec.max_model_len) if opts.step else []
+    st_plans = step_plans(harness, grid) if opts.step else []
     # One set of shuffled rounds for both, so that a machine that drifts meanwhile drifts
     # under the per-op grid and the whole steps alike.
     tick.stage("per-op grid + whole steps", (len(op_plans) + len(st_plans)) * grid.repeats)
     measured = measure(harness, op_plans + st_plans, repeats=grid.repeats, warmup=grid.warmup, settle=grid.settle,
-                       ticker=tick, timer=make_timer(opts.device) if op_plans else None,
+                       ticker=tick, timer=target.op_timer if op_plans else None,
                        timed=[True] * len(op_plans) + [False] * len(st_plans), seed=grid.seed)
     samples, step_samples = measured[: len(op_plans)], measured[len(op_plans):]
     if opts.ops:

@@ -122,6 +122,31 @@ def _kind(s) -> str:
     return "prefill" if not s.decode_seqs else "mixed"
 
 
+def parse_bounds(items: list[str]) -> dict[str, float]:
+    """``--max-error``: ``0.3`` bounds every metric's median; ``e2e=0.05`` or ``ttft.p90=0.2``
+    one statistic."""
+    from sim.errors import InputError
+
+    out: dict[str, float] = {}
+    for item in items:
+        key, _, raw = item.rpartition("=")
+        try:
+            limit = float(raw)
+        except ValueError:
+            raise InputError("--max-error", item, "expected a number, METRIC=X or METRIC.STAT=X") \
+                from None
+        if limit < 0:
+            raise InputError("--max-error", item, "must be ≥ 0")
+        for k in [key] if key else list(METRICS):
+            metric, _, stat = k.partition(".")
+            if metric not in METRICS or (stat and stat not in STATS):
+                raise InputError("--max-error", item,
+                                 f"metric must be one of {', '.join(METRICS)}, optionally "
+                                 f".{'/.'.join(STATS)}")
+            out[k] = limit
+    return out
+
+
 def bounds_exceeded(errors: dict, bounds: dict[str, float]) -> list[str]:
     """``bounds`` maps ``metric`` (its median) or ``metric.stat`` to the largest allowed error."""
     out = []

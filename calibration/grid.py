@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
-from calibration.harness import Row, decode_rows
+from engine.plan_timer import Row, decode_rows
 
 
 @dataclass(frozen=True)

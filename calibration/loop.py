@@ -48,10 +48,9 @@ def _scenario(model, grid: Grid, executor, policy: str, n: int):
     return scenario_from_dict(data, "<calibration loop>")
 
 
-def loop_overhead(executor, model, grid: Grid, ticker: Ticker) -> tuple[float, float, dict]:
-    """(fixed seconds per step, seconds per row, stats) of the loop around ``executor.run``."""
-    from engine.execute import EngineSetup, execute
-
+def loop_overhead(executor, model, grid: Grid, ticker: Ticker, drive) -> tuple[float, float, dict]:
+    """(fixed seconds per step, seconds per row, stats) of the loop around ``executor.run``;
+    ``drive(scenario, executor)`` runs a scenario through the serving loop (in real time)."""
     n = max(2, grid.loop_requests // 2)
     ticker.stage("serving loop", 2 * n * 10)
     gaps, seqs = [], []
@@ -59,7 +58,7 @@ def loop_overhead(executor, model, grid: Grid, ticker: Ticker) -> tuple[float, f
         scenario = _scenario(model, grid, executor, policy, n)
         rec = _Recorder(executor, ticker)
         executor.reset()
-        result = execute(scenario, EngineSetup(warmup=False), prepared=(scenario, rec))
+        result = drive(scenario, rec)
         executor.reset()
         logged = result.steps["duration"].to_numpy()
         if len(logged) != len(rec.durations):  # never expected: one log row per engine step

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from calibration.harness import Harness, Row, shape_of
 from calibration.progress import Ticker
+from engine.plan_timer import PlanTimer, Row, shape_of
 from sim.core.plan import StepShape
 
 
@@ -49,7 +49,7 @@ def make_timer(device: str):
     return CudaEventTimer() if device == "cuda" else SyncTimer(device)
 
 
-def measure(harness: Harness, plans: Sequence[Sequence[Row]], *, repeats: int, warmup: int,
+def measure(harness: PlanTimer, plans: Sequence[Sequence[Row]], *, repeats: int, warmup: int,
             ticker: Ticker, timer=None, timed: Sequence[bool] | None = None,
             seed: int = 0, settle: int = 1) -> list[Sample]:
     """Time every plan ``repeats`` times in shuffled rounds, each visit after ``settle`` untimed

@@ -19,8 +19,8 @@ import numpy as np
 
 from calibration.fitting import fit_linear, robust_nnls, table
 from calibration.grid import Grid
-from calibration.harness import Harness, Row, decode_rows
 from calibration.measure import Sample
+from engine.plan_timer import PlanTimer, Row, decode_rows
 from sim.pricing.profile import Ops
 
 LINEAR = ("embed", "qkv_proj", "o_proj", "gate_up_proj", "down_proj")
@@ -47,16 +47,13 @@ class OpPoints:
         return self.tokens + self.sampled + self.prefill + self.decode
 
 
-def points(grid: Grid, harness: Harness, max_len: int) -> OpPoints:
-    def ok(rows: list[Row]) -> bool:
-        return harness.fits(rows) and all(r.computed + r.new <= max_len for r in rows)
-
+def points(grid: Grid, harness: PlanTimer) -> OpPoints:
     tokens = [[Row(0, t)] for t in grid.tokens]
     sampled = [decode_rows(s, 16) for s in grid.sampled]
     prefill = [[Row(c, q)] * k for q in grid.prefill_chunks for c in grid.prefill_contexts
                for k in grid.prefill_rows if k == 1 or k * q <= grid.max_tokens]
     decode = [decode_rows(b, c) for b in grid.decode_batches for c in grid.decode_contexts]
-    return OpPoints(*([p for p in group if ok(p)] for group in (tokens, sampled, prefill, decode)))
+    return OpPoints(*([p for p in group if harness.fits(p)] for group in (tokens, sampled, prefill, decode)))
 
 
 def host_work(samples: list[Sample]) -> tuple[float, float]:

@@ -11,9 +11,9 @@ import time
 
 import numpy as np
 
-from calibration.harness import Harness, Row, decode_rows
 from calibration.measure import measure
 from calibration.progress import Ticker
+from engine.plan_timer import PlanTimer, Row, decode_rows
 
 PROBE = ((1, 128, 1), (8, 128, 1), (1, 0, 128))  # (rows, cached tokens, new tokens)
 
@@ -25,14 +25,14 @@ def probe_plans() -> list[list[Row]]:
     return out
 
 
-def probe(harness: Harness, repeats: int = 9, settle: int = 1) -> float:
+def probe(harness: PlanTimer, repeats: int = 9, settle: int = 1) -> float:
     """Seconds of the probe steps (sum of each step's median), each timed as calibration times
     its plans (``settle`` runs of it first: calibration's grid says how many)."""
     samples = measure(harness, probe_plans(), repeats=repeats, warmup=0, ticker=Ticker(None), settle=settle)
     return float(sum(s.wall for s in samples))
 
 
-def wake_penalty(harness: Harness, idle_s: float = 0.02, repeats: int = 7) -> float:
+def wake_penalty(harness: PlanTimer, idle_s: float = 0.02, repeats: int = 7) -> float:
     """How much slower the probe steps run right after the engine slept ``idle_s`` (as the
     real-time loop does between arrivals) than back to back: > 0 on a machine whose other
     processes take the core while the engine sleeps. The simulator does not model it."""

@@ -39,6 +39,24 @@ class SpinningRealtimeEnvironment(simpy.rt.RealtimeEnvironment):
         simpy.Environment.step(self)
 
 
+class EngineRuns:
+    """The engine as validation uses it: loaded and pinned to a scenario (``prepare``), then
+    run on the scenario in real time (``run``). Tests put a stand-in on a virtual clock here."""
+
+    def __init__(self, setup, idle: str = "sleep"):
+        self.setup = setup
+        self.idle = idle
+
+    def prepare(self, scenario: Scenario, source: str):
+        """(the scenario pinned to the engine's KV blocks, the executor)."""
+        from engine.execute import prepare
+
+        return prepare(scenario, self.setup, source)
+
+    def run(self, pinned: Scenario, executor, source: str) -> RunResult:
+        return run_engine(pinned, executor, self.setup, source, self.idle)
+
+
 def run_engine(pinned: Scenario, executor, setup, source: str, idle: str = "sleep") -> RunResult:
     """``servesim execute`` on a prepared engine; ``idle="spin"`` busy-waits between events."""
     from engine.execute import execute

@@ -11,14 +11,13 @@ import numpy as np
 
 from calibration.fitting import fit_linear, relative_errors
 from calibration.grid import Grid, random_plans
-from calibration.harness import Harness
 from calibration.measure import Sample
+from engine.plan_timer import PlanTimer
 from sim.pricing.profile import STEP_FEATURES, LinearFit
 
 
-def step_plans(harness: Harness, grid: Grid, max_len: int):
-    return [p for p in random_plans(grid) if harness.fits(p)
-            and all(r.computed + r.new <= max_len for r in p)]
+def step_plans(harness: PlanTimer, grid: Grid):
+    return [p for p in random_plans(grid) if harness.fits(p)]
 
 
 def fit_steps(samples: list[Sample], per_seq_s: float = 0.0) -> tuple[LinearFit, dict]:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from calibration.compare import breakdown, diagnose, error_stats, join, spread, step_errors, summary_diff
-from calibration.realtime import StepRecorder, run_engine
+from calibration.realtime import EngineRuns, StepRecorder
 from sim.errors import InputError, ProfileError
 from sim.loops.run import RunResult, simulate
 from sim.pricing.profile import Profile, load_profile
@@ -114,16 +114,17 @@ def simulate_with(scenario: Scenario, mode: str = "auto", speed: float = 1.0) ->
 
 
 def validate(scenario: Scenario, profile_path: str | Path, setup, source: str = "<scenario>",
-             log=None, idle: str = "sleep", cost_mode: str = "auto", repeats: int = 1) -> Validation:
+             log=None, idle: str = "sleep", cost_mode: str = "auto", repeats: int = 1,
+             engine: EngineRuns | None = None) -> Validation:
     """Execute ``scenario`` on the engine, simulate it with the profile, compare.
 
     ``idle``: how the engine run waits for arrivals (``sleep`` as ``servesim execute`` does,
     or ``spin``); ``cost_mode``: the profile's step fit, per-op model, or its default;
-    ``repeats``: engine runs (a second one gives the measurement's run-to-run spread)."""
+    ``repeats``: engine runs (a second one gives the measurement's run-to-run spread);
+    ``engine``: what loads and runs it (default: the engine of ``setup``, in real time)."""
     from calibration.calibrate import device_name
-    from calibration.harness import Harness
     from calibration.probe import probe
-    from engine.execute import prepare
+    from engine.plan_timer import PlanTimer
     from sim.pricing import make_cost_model
     from sim.pricing.profiled import ProfiledCost
 
@@ -137,27 +138,28 @@ def validate(scenario: Scenario, profile_path: str | Path, setup, source: str = 
     warnings = check_profile(profile, path, setup.device, setup.torch_dtype(scenario),
                              setup.threads, device_name(setup.device))
     make_cost_model(simulated_scenario(scenario, path, source))  # the model matches? (fails fast)
-    pinned, executor = prepare(scenario, setup, source)
+    engine = engine or EngineRuns(setup, idle)
+    pinned, executor = engine.prepare(scenario, source)
     sim_scenario = simulated_scenario(pinned, path, source)
     cost = make_cost_model(sim_scenario)
     if cost_mode != "auto":
         cost = ProfiledCost(cost.profile, cost.roofline, mode=cost_mode)
     if profile.model != scenario.model_spec.name:
         warnings.append(f"profile measured {profile.model}, the scenario runs {scenario.model_spec.name}")
-    harness = Harness(executor)
+    harness = PlanTimer(executor)
     settle = int(profile.grid.get("settle", 1))  # the probe timed as calibration timed it
     before = probe(harness, settle=settle)
     recorder = StepRecorder(executor)
     if log:
         log(f"executing {scenario.workload.num_requests or ''} requests on the engine "
             f"({setup.device}) ...")
-    real = run_engine(pinned, recorder, setup, source, idle)
+    real = engine.run(pinned, recorder, source)
     again_real = None
     if repeats > 1:
         if log:
             log("executing it again (the run-to-run spread) ...")
         executor.reset()  # the first run's last finished requests still hold their rows and KV blocks
-        again_real = run_engine(pinned, StepRecorder(executor), setup, source, idle)
+        again_real = engine.run(pinned, StepRecorder(executor), source)
     if log:
         log("simulating with the profile ...")
     sim = simulate_with(sim_scenario, cost_mode)

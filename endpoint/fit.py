@@ -137,11 +137,6 @@ def collapse(ttft: list[TtftPoint], gaps: list[GapPoint], how: str = "median") -
     return ttft_out, gaps_out
 
 
-def fastest(ttft: list[TtftPoint], gaps: list[GapPoint]) -> tuple[list[TtftPoint], list[GapPoint]]:
-    """Repeats collapsed to their minimum (interference only ever adds time)."""
-    return collapse(ttft, gaps, "min")
-
-
 def _fit_floored(m: Measured, w: np.ndarray, start: int, iters: int = 20) -> tuple[dict[str, float], float]:
     """Alternate: fit the linear terms and the floor with a guess of which steps sit on it, then
     put on it the steps whose fitted compute falls below it, until that no longer changes."""

@@ -79,8 +79,8 @@ def validate(scenario, profile_path: str | Path, url: str, model: str, *, source
     A failed request (or probe) stops it before scoring, its runs written; ``time_limit``
     bounds the probes and runs together."""
     from endpoint.calibrate import probe_design, speed_probe
-    from endpoint.cli import measure
     from endpoint.loadgen import Options
+    from endpoint.measure import measure
     from endpoint.probes import Prober
     from endpoint.prompts import PromptBuilder
     from endpoint.records import itl_frame, requests_frame, write_run
@@ -128,7 +128,9 @@ def clear_stale(out: Path, repeats: int) -> None:
     its runs and no score)."""
     import shutil
 
-    for name in ("validation.json", "report.html", "requests.csv"):
+    from calibration.command_io import VALIDATION_FILES
+
+    for name in VALIDATION_FILES:
         (out / name).unlink(missing_ok=True)
     k = repeats + 1
     while (out / f"run{k}").is_dir():

@@ -1,7 +1,8 @@
 """The engine's speed beside its roofline: ``python -m engine.bench --out FILE.json``.
 
-Times whole steps of ``EngineExecutor.run`` (input preparation, forward, sampling, host sync),
-as calibration and ``servesim execute`` see them, after a full warm-up:
+Times whole steps of ``EngineExecutor.run`` (input preparation, forward, sampling, host sync)
+with calibration's timer (``engine.plan_timer``), as ``servesim execute`` sees them, after a full
+warm-up:
 
 * decode steps per batch and context, each beside its floor: weights and the batch's KV read
   once at the HBM bandwidth, or its FLOPs at peak, whichever is longer;
@@ -26,15 +27,12 @@ import platform
 import statistics
 import sys
 import time
-from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 
-from sim.core.plan import BatchPlan
-from sim.core.requests import RequestTable
+from engine.plan_timer import PlanTimer, Row, decode_rows
 from sim.scenario.specs import ModelSpec, get_gpu, get_model
 
 MiB = 1024**2
@@ -138,45 +136,6 @@ def _measure_flops(device: torch.device, dtype: str) -> float:
     return 2 * n**3 / _best(lambda: torch.mm(a, b), device)
 
 
-class StepTimer:
-    """Times synthetic plans on an executor: request ``i`` is row ``i`` with ``computed``
-    tokens already cached (their KV blocks allocated, their contents whatever the cache holds,
-    which costs the same to read) and ``new`` to process, sampling its last token."""
-
-    def __init__(self, executor):
-        self.ex = executor
-        self.ids = np.random.default_rng(0).integers(0, executor.spec.vocab_size, executor.max_context + 1,
-                                                     dtype=np.int64)
-
-    def fits(self, rows: list[tuple[int, int]]) -> bool:
-        bs = self.ex.block_size
-        return (all(c + n <= self.ex.spec.max_model_len for c, n in rows)
-                and sum(-(-(c + n) // bs) for c, n in rows) <= self.ex.num_blocks)
-
-    def run(self, rows: list[tuple[int, int]]) -> float:
-        ex = self.ex
-        ex.reset()
-        ex.blocks.free_ids = deque(range(ex.num_blocks))  # the same blocks every time
-        done = np.array([c for c, _ in rows], dtype=np.int64)
-        new = np.array([n for _, n in rows], dtype=np.int64)
-        n = len(rows)
-        table = RequestTable(np.zeros(n), done + new, np.full(n, 2, dtype=np.int64))
-        table.num_computed[:] = done
-        for i, (c, k) in enumerate(rows):
-            ex.add_request(i, self.ids[: c + k])
-        plan = BatchPlan(req_ids=np.arange(n, dtype=np.int64), num_new_tokens=new, num_computed=done,
-                         samples=np.ones(n, dtype=bool), num_blocks=-(-(done + new) // ex.block_size),
-                         block_size=ex.block_size)
-        try:
-            return ex.run(plan, table).duration
-        finally:
-            ex.reset()
-
-    def median(self, rows: list[tuple[int, int]], repeats: int) -> float:
-        self.run(rows)  # untimed: this shape's first run
-        return statistics.median(self.run(rows) for _ in range(repeats))
-
-
 def bench(args: argparse.Namespace) -> dict:
     from engine.executor import EngineExecutor
 
@@ -194,14 +153,14 @@ def bench(args: argparse.Namespace) -> dict:
                              keep_tokens=False, graphs=args.graphs)
     roof = roofline(device, dtype, args.hbm_gbps, args.tflops)
     warm = ex.warmup(max_num_seqs=max(*args.batch, args.cv_batch), max_num_tokens=max(args.prefill))
-    timer = StepTimer(ex)
+    timer = PlanTimer(ex)
     out = {"gpu": device_name(device), "model": spec.name, "device": device.type, "dtype": dtype,
            "graphs": ex.graph_mode, "warmup_s": warm.seconds,
            "roofline": {"hbm_bytes_per_s": roof.bytes_per_s, "flops": roof.flops, "source": roof.source},
            "kv_cache_tokens": ex.num_blocks * ex.block_size, "decode": [], "prefill": []}
     for batch in args.batch:
         for context in args.context:
-            rows = [(context, 1)] * batch
+            rows = decode_rows(batch, context)
             point = {"batch": batch, "context": context, "step_s": None,
                      "floor_s": roof.floor(*decode_cost(spec, dtype, batch, context))}
             if timer.fits(rows):
@@ -212,7 +171,7 @@ def bench(args: argparse.Namespace) -> dict:
             out["decode"].append(point)
             _progress(args, "decode", point)
     for tokens in args.prefill:
-        rows = [(0, tokens)]
+        rows = [Row(0, tokens)]
         point = {"tokens": tokens, "step_s": None, "floor_s": roof.floor(*prefill_cost(spec, dtype, tokens))}
         if timer.fits(rows):
             point["step_s"] = timer.median(rows, args.repeats)
@@ -222,7 +181,7 @@ def bench(args: argparse.Namespace) -> dict:
             point["skipped"] = f"{tokens} tokens exceed the KV cache or the model's length"
         out["prefill"].append(point)
         _progress(args, "prefill", point)
-    cv_rows = [(args.cv_context, 1)] * args.cv_batch
+    cv_rows = decode_rows(args.cv_batch, args.cv_context)
     times = [timer.run(cv_rows) for _ in range(args.cv_steps)] if timer.fits(cv_rows) else []
     out["step_cv"] = statistics.pstdev(times) / statistics.fmean(times) if times else None
     out["step_cv_shape"] = {"batch": args.cv_batch, "context": args.cv_context, "steps": len(times),

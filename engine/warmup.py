@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import torch
 
@@ -31,8 +31,20 @@ from kernels.attention import SPLIT_CHOICES, paged_attention_triton, query_block
 from kernels.dispatch import use_triton
 from kernels.variants import compiled_variants
 
-if TYPE_CHECKING:
-    from engine.executor import EngineExecutor
+
+class Warmable(Protocol):
+    """What the warm-up uses of an :class:`engine.executor.EngineExecutor` (named here rather
+    than imported: the executor imports this module)."""
+
+    block_size: int
+    device: Any
+    graph_runner: Any
+    model: Any
+    spec: Any
+    kv: Any
+    max_context: int
+
+    def _logits(self, host: Any, all_tokens: bool = False) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -62,7 +74,7 @@ def prefill_lengths(max_tokens: int) -> tuple[int, ...]:
     return (*out, max(1, max_tokens))
 
 
-def warm_up(ex: EngineExecutor, max_num_seqs: int, max_num_tokens: int, repeats: int = 1) -> WarmupReport:
+def warm_up(ex: Warmable, max_num_seqs: int, max_num_tokens: int, repeats: int = 1) -> WarmupReport:
     """Run the warm-up on ``ex`` (see the module docstring); returns what it did and how long."""
     t0 = time.perf_counter()
     bs = ex.block_size
@@ -97,7 +109,7 @@ def attention_variants(group: int, sms: int | None) -> list[tuple[int, int, int]
     return [(t, b, s) for t, b in tiles.values() for s in (SPLIT_CHOICES if sms else (1,))]
 
 
-def _attention_variants(ex: EngineExecutor) -> int:
+def _attention_variants(ex: Warmable) -> int:
     """Launch every (query tile, split count) the split-KV rule can pick, on a GPU (on a CPU
     there are no splits, and the ghost steps meet both tiles)."""
     s = ex.spec

@@ -1,4 +1,5 @@
-"""Fixtures for the calibration tests: one quick profile of tiny-llama-12m, tiny scenarios."""
+"""Fixtures for the calibration tests: a quick profile of tiny-llama-12m on the engine, one of
+the stand-in engine whose step times are given (``fake_engine``), tiny scenarios."""
 
 from __future__ import annotations
 
@@ -40,6 +41,30 @@ def quick_profile(tmp_path_factory, torch_threads) -> Path:
     assert main(["calibrate", "--model", MODEL, "--quick", "--repeats", "3", "--no-progress",
                  "--out", str(path)]) == 0
     return path
+
+
+@pytest.fixture(scope="session")
+def given_profile(tmp_path_factory) -> Path:
+    """``servesim calibrate --quick --repeats 3`` of the stand-in engine (``fake_engine``): every
+    figure in it is known in advance."""
+    pytest.importorskip("torch")
+    from sim.cli.app import main
+    from tests.calibration import fake_engine
+
+    path = tmp_path_factory.mktemp("given") / "given.json"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("calibration.calibrate.load_engine", lambda opts: fake_engine.target())
+        assert main(["calibrate", "--model", MODEL, "--quick", "--repeats", "3", "--no-progress",
+                     "--out", str(path)]) == 0
+    return path
+
+
+@pytest.fixture
+def fake_engine_runs(monkeypatch):
+    """``servesim validate`` runs the stand-in engine on virtual time instead of the engine."""
+    from tests.calibration import fake_engine
+
+    monkeypatch.setattr("calibration.validate.EngineRuns", fake_engine.FakeEngineRuns)
 
 
 @pytest.fixture

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from calibration.harness import Row, decode_rows
 from calibration.measure import measure
 from calibration.progress import Ticker
+from engine.plan_timer import Row, decode_rows
 
 # How much slower a step runs as the 1st, 2nd, 3rd ... run of its plan after another plan's
 # (the CPU engine's steps settle over a few runs: caches, prefetchers, allocator state).

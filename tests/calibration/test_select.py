@@ -1,14 +1,13 @@
-"""Reconciling the per-op model with whole steps; the spinning real-time environment."""
+"""Reconciling the per-op model with whole steps; the spinning real-time environment (on a
+clock of its own)."""
 
 from __future__ import annotations
-
-import time
 
 import pytest
 
 from calibration import select
-from calibration.harness import Row, decode_rows, shape_of
 from calibration.measure import Sample
+from engine.plan_timer import Row, decode_rows, shape_of
 from sim.pricing.profile import LinearFit, Ops, Table
 from sim.scenario.specs import get_model
 
@@ -44,21 +43,42 @@ def test_choose_the_model_that_errs_less():
                           "ops_on_steps": {"median_abs_rel_error": 0.03}}) == "step"
 
 
-def test_spinning_environment_keeps_real_time():
-    simpy = pytest.importorskip("simpy")
-    from calibration.realtime import SpinningRealtimeEnvironment
+class BusyClock:
+    """A monotonic clock that moves ``tick`` seconds each time it is read (a core that spins)."""
 
-    env = SpinningRealtimeEnvironment(factor=1.0, strict=False)
+    def __init__(self, tick: float = 1e-4):
+        self.t = 100.0
+        self.tick = tick
+        self.reads = 0
+
+    def __call__(self) -> float:
+        self.t += self.tick
+        self.reads += 1
+        return self.t
+
+
+def test_spinning_environment_keeps_real_time(monkeypatch):
+    simpy = pytest.importorskip("simpy")
+    from types import SimpleNamespace
+
+    from calibration import realtime
+
+    clock = BusyClock()
+    monkeypatch.setattr("simpy.rt.monotonic", clock)
+    monkeypatch.setattr(realtime, "time", SimpleNamespace(monotonic=clock))
+    monkeypatch.setattr("simpy.rt.sleep", lambda s: pytest.fail("the spinning environment slept"))
+    env = realtime.SpinningRealtimeEnvironment(factor=1.0, strict=False)
+    start = env.real_start
     seen = []
 
     def proc():
         for _ in range(3):
             yield env.timeout(0.02)
-            seen.append(time.monotonic())
+            seen.append(clock())
 
-    start = time.monotonic()
     env.process(proc())
     env.run()
     assert isinstance(env, simpy.Environment)
     for t, want in zip(seen, (0.02, 0.04, 0.06), strict=True):
-        assert want - 0.002 <= t - start < want + 0.02  # never early; late only on a busy machine
+        assert want <= t - start < want + 3 * clock.tick  # never early; late by a read or two
+    assert clock.reads > 3 * 0.02 / clock.tick  # it waited by reading the clock, not by sleeping

@@ -1,4 +1,9 @@
-"""``servesim validate``: the engine and the simulator on one scenario, joined per request."""
+"""``servesim validate``: the engine and the simulator on one scenario, joined per request.
+
+The validations here run a stand-in engine whose step times are given, on virtual time
+(``fake_engine``), with its profile: what they report is known whatever the machine's load.
+How close the simulation comes to the real engine is measured by ``benchmarks/quick_checks.py``
+and ``benchmarks/validation_bench.py``."""
 
 from __future__ import annotations
 
@@ -11,19 +16,16 @@ from tests.calibration.conftest import write_scenario
 
 pytest.importorskip("torch")
 
-CI_BOUND = 0.30  # the benchmark reports the real figure; this catches a broken model
+BOUND = 1e-6  # the stand-in's profile prices its steps exactly
 
 
-def test_validate_reports_errors_within_the_ci_bound(quick_profile, scenario, tmp_path, capsys):
+def test_validate_reports_errors_within_the_bound(given_profile, fake_engine_runs, scenario, tmp_path, capsys):
     out = tmp_path / "v"
-    for _attempt in range(2):  # a shared machine has slow spells; a broken model fails twice
-        code = main(["validate", str(scenario), "--profile", str(quick_profile), "--out", str(out),
-                     "--idle", "spin", "--max-error", f"e2e={CI_BOUND}",
-                     "--max-error", f"ttft={CI_BOUND}"])
-        text = " ".join(capsys.readouterr().out.split())
-        v = json.loads((out / "validation.json").read_text())
-        if code == 0:
-            break
+    code = main(["validate", str(scenario), "--profile", str(given_profile), "--out", str(out),
+                 "--idle", "spin", "--max-error", f"e2e={BOUND}", "--max-error", f"ttft={BOUND}",
+                 "--max-error", f"tpot.max={BOUND}"])
+    text = " ".join(capsys.readouterr().out.split())
+    v = json.loads((out / "validation.json").read_text())
     assert code == 0, (text, v["errors"], v["steps"], v["machine"])
     assert v["requests"] == {"real": 12, "sim": 12, "joined": 12}
     for m in ("ttft", "tpot", "e2e"):
@@ -33,7 +35,8 @@ def test_validate_reports_errors_within_the_ci_bound(quick_profile, scenario, tm
               "goodput", "output_token_throughput"):
         d = v["summary"][k]
         assert d["diff"] == pytest.approx(d["sim"] - d["real"])
-    assert v["steps"]["n"] > 0 and v["machine"]["speed_ratio"] > 0
+    assert v["steps"]["n"] > 0 and v["steps"]["median_abs"] < BOUND
+    assert v["machine"]["speed_ratio"] == pytest.approx(1.0)  # the probe took what it took at calibration
     assert v["profile"]["model"] == "tiny-llama-12m"
     assert "TTFT" in text and "E2E" in text and "summary metrics" in text
     page = (out / "report.html").read_text()
@@ -42,18 +45,20 @@ def test_validate_reports_errors_within_the_ci_bound(quick_profile, scenario, tm
     assert "run" in (out / "steps.csv").read_text().splitlines()[0]
 
 
-def test_chunked_prefill_validates_with_the_engine_sleeping_when_idle(quick_profile, tmp_path):
+def test_chunked_prefill_validates_with_the_per_op_model(given_profile, fake_engine_runs, tmp_path):
     s = write_scenario(tmp_path / "c.yaml", policy="chunked-prefill", requests=8, rate=8.0)
-    assert main(["validate", str(s), "--profile", str(quick_profile), "--out", str(tmp_path / "v"),
+    assert main(["validate", str(s), "--profile", str(given_profile), "--out", str(tmp_path / "v"),
                  "--cost-mode", "ops"]) == 0
     v = json.loads((tmp_path / "v" / "validation.json").read_text())
     assert v["requests"]["joined"] == 8
-    assert v["errors"]["e2e"]["median"] < 1.0  # sane; the bound is the test above
+    # the per-op model sums tables and fits interpolated over the grid: within 1% here (0.9% on
+    # TTFT, 0.2% on E2E; the whole-step fit is exact, the test above)
+    assert v["errors"]["e2e"]["median"] < 0.01 and v["errors"]["ttft"]["median"] < 0.02
 
 
-def test_a_broken_profile_exceeds_the_bound(quick_profile, scenario, tmp_path, capsys):
+def test_a_broken_profile_exceeds_the_bound(given_profile, fake_engine_runs, scenario, tmp_path, capsys):
     """A profile three times too slow: validate must notice and exit 1."""
-    data = json.loads(quick_profile.read_text())
+    data = json.loads(given_profile.read_text())
 
     def scale(node):
         if isinstance(node, dict):
@@ -70,7 +75,7 @@ def test_a_broken_profile_exceeds_the_bound(quick_profile, scenario, tmp_path, c
     broken = tmp_path / "broken.json"
     broken.write_text(json.dumps(data))
     code = main(["validate", str(scenario), "--profile", str(broken), "--out", str(tmp_path / "v"),
-                 "--set", "workload.num_requests=6", "--max-error", str(CI_BOUND)])
+                 "--set", "workload.num_requests=6", "--max-error", "0.3"])
     assert code == 1
     assert "FAIL" in capsys.readouterr().out
     v = json.loads((tmp_path / "v" / "validation.json").read_text())

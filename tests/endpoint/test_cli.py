@@ -1,9 +1,7 @@
-"""The endpoint commands end to end against the fake server, and their bad-input handling."""
+"""The endpoint commands' bad-input handling against the fake server. (Calibrating and
+validating the fake end to end, in real time, is ``benchmarks/quick_checks.py --only endpoint``.)"""
 
-import json
 
-import pandas as pd
-import pytest
 import yaml
 
 from sim.cli.app import main
@@ -38,47 +36,46 @@ def test_bad_model_profile_and_scenario_exit_2(fake_server, tmp_path, capsys):
     assert "max_model_len" in capsys.readouterr().err
 
 
-def scenario_file(tmp_path, profile_name, fragment, arrival):
-    data = yaml.safe_load(fragment.read_text())
-    data["cost"]["profile"] = str(tmp_path / profile_name)
-    data |= {"name": "fake-check", "seed": 2, "workload": {
-        "num_requests": 24, "arrival": arrival,
-        "prompt_len": {"dist": "uniform", "min": 16, "max": 300},
-        "output_len": {"dist": "uniform", "min": 4, "max": 24}}}
-    path = tmp_path / "check.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
+def test_calibrate_endpoint_writes_the_profile_and_its_scheduler(fake_server, tmp_path, monkeypatch, capsys):
+    """The door of ``calibrate --endpoint``: the output is checked before anything is measured,
+    then the profile (with its saturation check) and the inferred scheduler are written. The
+    probing itself is stubbed here (it runs in real time: ``benchmarks/quick_checks.py``)."""
+    from types import SimpleNamespace
 
+    import yaml
 
-@pytest.mark.slow
-def test_calibrate_then_validate_against_a_known_server(fake_server, tmp_path):
-    """The fake's scheduler and linear step cost are known: calibration must find them and the
-    simulation must then predict the measured requests closely."""
-    prof = tmp_path / "prof.json"
-    assert run_cli("calibrate", "--endpoint", fake_server, "--quick", "--model", "tiny-llama-12m",
-                   "--out", prof, "--no-progress") == 0
-    p = json.loads(prof.read_text())
-    assert p["source"] == "endpoint"
-    sched = p["grid"]["scheduler"]
-    assert sched["chunk_size"] == 128 and sched["max_num_seqs"] == 6 and sched["kv_blocks"] == 4096
-    assert 0.001 < p["request_overhead_s"] < 0.02  # the fake's 4 ms (plus HTTP)
-    fragment = prof.with_suffix(".scenario.yaml")
-    assert yaml.safe_load(fragment.read_text())["scheduler"]["chunk_size"] == 128
-    for arrival in ({"process": "poisson", "rate": 6.0}, {"process": "closed", "concurrency": 4}):
-        sc = scenario_file(tmp_path, "prof.json", fragment, arrival)
-        out = tmp_path / arrival["process"]
-        code = run_cli("validate", sc, "--endpoint", fake_server, "--profile", prof, "--out", out,
-                       "--repeats", "2", "--max-error", "e2e=0.25")
-        v = json.loads((out / "validation.json").read_text())
-        assert code == 0, v["errors"]
-        assert v["requests"]["joined"] == 24
-        assert set(v["run_to_run_spread"]) == {"ttft", "tpot", "e2e"}
-        assert v["endpoint"]["loop"] == ("closed" if arrival["process"] == "closed" else "open")
-        assert (out / "report.html").is_file() and (out / "run2" / "itl.parquet").is_file()
-        assert len(pd.read_parquet(out / "run1" / "requests.parquet")) == 24
-        # both runs' plain decode steps, priced by the calibrated profile for their batch sizes:
-        # the fake's step cost is the profile's kind, so price and measurement agree
-        steps = v["decode_steps"]
-        assert len(steps) == 2 and all(d["n"] > 20 for d in steps)
-        assert all(abs(d["rel_diff"]) < 0.25 for d in steps), steps
-        assert any(line.startswith("plain decode steps:") for line in v["diagnosis"])
+    from sim.pricing.profile import load_profile
+    from tests.endpoint.test_validate_known_server import known_profile
+
+    profile = load_profile(known_profile(tmp_path / "known.json"))
+    profile = profile.model_copy(update={"grid": {**profile.grid, "fit": {"step": {
+        "n": 40, "median_abs_rel_error": 0.01}}}})
+    fragment = {"model": "tiny-llama-12m", "scheduler": {"policy": "chunked-prefill", "chunk_size": 128,
+                                                          "max_num_seqs": 6, "block_size": 16},
+                "hardware": {"kv_blocks": 4096}, "cost": {"model": "profile", "profile": "profile.json"}}
+    calls = []
+
+    def calibrate(settings, vocab, data=None):
+        calls.append(settings)
+        return profile, fragment, SimpleNamespace(phases_s={"total": 1.0})
+
+    def saturation_check(path, frag, data, folder):
+        assert load_profile(path).request_overhead_s == profile.request_overhead_s  # written before
+        return {"concurrency": 4, "measured_req_per_s": 2.0, "simulated_req_per_s": 2.1, "rel_diff": 0.05}
+
+    monkeypatch.setattr("endpoint.calibrate.calibrate", calibrate)
+    monkeypatch.setattr("endpoint.calibrate.saturation_check", saturation_check)
+    folder = tmp_path / "a-folder"
+    folder.mkdir()
+    assert run_cli("calibrate", "--endpoint", fake_server, "--model", "tiny-llama-12m", "--out", folder) == 2
+    assert "--out" in capsys.readouterr().err and not calls  # refused before measuring
+    out = tmp_path / "p.json"
+    assert run_cli("calibrate", "--endpoint", fake_server, "--model", "tiny-llama-12m", "--out", out,
+                   "--no-progress") == 0
+    assert calls[0].model == "fake" and calls[0].sim_model == "tiny-llama-12m"
+    p = load_profile(out)
+    assert p.grid["fit"]["saturation"]["rel_diff"] == 0.05 and p.grid["phases_s"] == {"total": 1.0}
+    frag = yaml.safe_load(out.with_suffix(".scenario.yaml").read_text())
+    assert frag["scheduler"]["chunk_size"] == 128 and frag["cost"]["profile"] == "p.json"
+    assert not list(tmp_path.glob(".*"))  # no temporary files left behind
+    assert "saturation (closed loop of 4)" in capsys.readouterr().out

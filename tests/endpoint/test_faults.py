@@ -13,14 +13,15 @@ import yaml
 
 from endpoint.calibrate import fit_measurements, probe_design
 from endpoint.failures import describe, failure_counts, kind_of
-from endpoint.loadgen import Options, Request, emits_token, run
+from endpoint.loadgen import Request, emits_token
 from endpoint.probes import GapPoint, ProbeData, TtftPoint
 from endpoint.records import itl_frame, requests_frame, write_run
 from endpoint.server_metrics import identity, published_int
 from sim.cli.app import main
 from sim.errors import InputError
 from sim.pricing.profile import Device, LinearFit, Ops, Profile, Table, save_profile
-from tests.endpoint.fake_server import FakeServer
+from tests.endpoint.fake_server import FakeServer, Faults
+from tests.endpoint.virtual_time import run_on_fake
 
 
 def reqs(n, prompt=20, out=6, arrival=0.0):
@@ -42,9 +43,8 @@ STREAM_FAULTS = {"null": "malformed event", "string": "malformed event", "not-js
 
 
 @pytest.mark.parametrize("mode", list(STREAM_FAULTS))
-def test_each_fault_is_recorded_on_its_request_and_the_run_goes_on(server, mode, tmp_path):
-    server.fault(mode, every=2)
-    res = run(reqs(6), Options(url=server.url, model="fake"))
+def test_each_fault_is_recorded_on_its_request_and_the_run_goes_on(monkeypatch, mode, tmp_path):
+    res = run_on_fake(monkeypatch, reqs(6), faults=Faults(mode, every=2))
     bad = [r for r in res.records if r.error]
     assert len(bad) == 3 and all(kind_of(r.error) == STREAM_FAULTS[mode] for r in bad), [r.error for r in bad]
     good = [r for r in res.records if not r.error]
@@ -57,29 +57,31 @@ def test_each_fault_is_recorded_on_its_request_and_the_run_goes_on(server, mode,
     assert summary["failures"]["failed"] == 3 and summary["failures"]["reasons"] == {STREAM_FAULTS[mode]: 3}
 
 
-def test_the_messages_say_what_the_server_sent(server):
+def test_the_messages_say_what_the_server_sent(monkeypatch):
     for mode, words in (("null", "data: null is not a JSON object"), ("string", 'data: "x" is not a JSON object'),
                         ("bad-usage", 'usage.completion_tokens is "many"'),
                         ("no-done", "without [DONE] after 3 token(s)"), ("http-500", "HTTP 500"),
                         ("disconnect", "cut mid-stream after 1 token(s)"),
                         ("error-event", 'server error: {"code": 500, "message": "slot unavailable"}')):
-        server.fault(mode)
-        err = run(reqs(1), Options(url=server.url, model="fake")).records[0].error
+        err = run_on_fake(monkeypatch, reqs(1), faults=Faults(mode)).records[0].error
         assert words in err, (mode, err)
 
 
-def test_a_stall_ends_at_the_request_timeout_with_a_message(server):
-    server.fault("stall")
-    res = run(reqs(3), Options(url=server.url, model="fake", timeout_s=0.3))
+def test_a_stall_ends_at_the_request_timeout_with_a_message(monkeypatch):
+    """On the fake's virtual clock (``virtual_time``): the first token comes at once, then
+    nothing until the timeout, whatever the machine's load."""
+    res = run_on_fake(monkeypatch, reqs(3), faults=Faults("stall"), options={"timeout_s": 0.3})
     for r in res.records:
         assert r.error == "timeout: the stream stalled after 1 token(s): the request timeout of 0.3 s ran out"
+        assert r.chunks == 1 and r.done
 
 
-def test_the_time_limit_cancels_what_is_in_flight_and_what_was_never_sent(server):
-    server.fault("stall")
+def test_the_time_limit_cancels_what_is_in_flight_and_what_was_never_sent(monkeypatch):
     late = reqs(2, arrival=3600.0)  # far beyond the limit: never sent
-    res = run(reqs(2) + [Request(2 + r.request_id, r.arrival, r.prompt, r.prompt_len, r.max_tokens) for r in late],
-              Options(url=server.url, model="fake"), time_limit_s=0.3)
+    res = run_on_fake(monkeypatch, reqs(2) + [Request(2 + r.request_id, r.arrival, r.prompt, r.prompt_len,
+                                                      r.max_tokens) for r in late],
+                      faults=Faults("stall"), time_limit_s=0.3)
+    assert res.duration_s == pytest.approx(0.3, abs=1e-9)  # virtual time: stopped at the limit
     errs = [r.error for r in res.records]
     assert errs[:2] == ["time limit: cancelled after 1 token(s): the run's time limit of 0.3 s was reached"] * 2
     assert errs[2:] == ["time limit: not sent: the run's time limit of 0.3 s was reached first"] * 2
@@ -87,22 +89,20 @@ def test_the_time_limit_cancels_what_is_in_flight_and_what_was_never_sent(server
 
 
 @pytest.mark.parametrize("mode", ["close-reused", "close-after"])
-def test_a_closed_kept_alive_connection_loses_no_request(server, mode):
+def test_a_closed_kept_alive_connection_loses_no_request(monkeypatch, mode):
     """The server drops every request that comes on a kept-alive connection without an answer
     (close-reused), or closes each connection right after its answer, as llama.cpp's server
     does at its keep-alive limits (close-after: the client's next write on it fails, ``Can not
     write request body``): each such request is sent again once on a new connection."""
-    server.fault(mode)
-    res = run(reqs(12), Options(url=server.url, model="fake"), closed=3)
+    res = run_on_fake(monkeypatch, reqs(12), faults=Faults(mode), closed=3)
     assert all(not r.error and r.output_tokens == 6 for r in res.records), [r.error for r in res.records]
     if mode == "close-reused":  # every reuse fails (close-after: when the client had not seen the close)
         assert sum(r.retries for r in res.records) >= 1
     assert all(r.retries <= 1 for r in res.records)
 
 
-def test_an_empty_closing_chunk_is_not_a_token(server):
-    server.fault("empty-final")
-    res = run(reqs(3), Options(url=server.url, model="fake"))
+def test_an_empty_closing_chunk_is_not_a_token(monkeypatch):
+    res = run_on_fake(monkeypatch, reqs(3), faults=Faults("empty-final"))
     for r in res.records:
         assert not r.error and r.chunks == 6 and len(r.gaps) == 5
     assert (requests_frame(res)["output_tokens"] == 6).all()
@@ -199,10 +199,14 @@ def test_calibrate_refuses_a_stream_that_ends_early(server, tmp_path, capsys):
 
 
 def test_calibrate_stall_ends_at_the_request_timeout(server, tmp_path, capsys):
+    """``--request-timeout`` reaches the probes (real time here: whether the stalled request's
+    first token came before the timeout is the machine's; the message's wording is checked on
+    virtual time above)."""
     server.fault("stall")
     assert calibrate(server, tmp_path, "--request-timeout", "0.3") == 2
     err = " ".join(capsys.readouterr().err.split())
-    assert "the stream stalled after 1 token(s): the request timeout of 0.3 s ran out" in err
+    assert "calibration probe" in err and "1 timeout (e.g. timeout: " in err
+    assert "the request timeout of 0.3 s ran out" in err
 
 
 def test_calibrate_stops_at_its_time_limit(server, tmp_path, capsys):
@@ -245,7 +249,7 @@ def test_validate_against_a_server_that_fails_everything_says_so(server, tmp_pat
 
 def test_validate_refuses_to_score_a_run_with_failed_requests(server, tmp_path, capsys):
     stale = tmp_path / "v"
-    for old in ("validation.json", "run2/requests.parquet"):  # an older validation's, with 2 runs
+    for old in ("validation.json", "steps.csv", "run2/requests.parquet"):  # an older validation's, 2 runs
         (stale / old).parent.mkdir(parents=True, exist_ok=True)
         (stale / old).write_text("{}")
     server.fault("no-done", every=12)  # the speed probe sends 11: the run's first request ends early
@@ -254,7 +258,7 @@ def test_validate_refuses_to_score_a_run_with_failed_requests(server, tmp_path, 
     assert "validation run 1: 1 of 6 request(s) failed: 1 ended early" in err and "not scored" in err
     df = pd.read_parquet(tmp_path / "v" / "run1" / "requests.parquet")
     assert len(df) == 6 and (df["error"] != "").sum() == 1
-    assert not (tmp_path / "v" / "validation.json").exists() and not (tmp_path / "v" / "run2").exists()
+    assert not [p.name for p in (tmp_path / "v").iterdir() if p.name != "run1"]
 
 
 def test_validate_stops_at_its_time_limit(server, tmp_path, capsys):

@@ -1,45 +1,56 @@
+"""The load generator against the fake server: its timing on the fake's virtual clock
+(``virtual_time``), its tables, errors and many streams."""
+
 import numpy as np
 import pandas as pd
+import pytest
 
 from endpoint.loadgen import Options, Request, run
 from endpoint.records import bench_metrics, itl_frame, requests_frame, write_run
 from sim.loops.run import simulate
 from sim.scenario.schema import scenario_from_dict
 from tests.endpoint.fake_server import Cost, FakeServer
+from tests.endpoint.virtual_time import run_on_fake
 
 
 def reqs(n, gap=0.05, prompt=20, out=6):
     return [Request(i, i * gap, list(range(100, 100 + prompt)), prompt, out) for i in range(n)]
 
 
-def test_open_loop_sends_on_time_and_times_tokens(fake_server):
-    res = run(reqs(8, gap=0.05), Options(url=fake_server, model="fake"))
+def test_open_loop_sends_on_time_and_times_tokens(monkeypatch):
+    """On the fake's virtual clock every time is the fake's schedule: each request, alone on
+    the server, waits the overhead and one 20-token prefill step for its first token, then
+    one decode step per token."""
+    c = Cost()
+    res = run_on_fake(monkeypatch, reqs(8, gap=0.05))
     assert res.mode == "open"
     sent = np.array([r.sent for r in res.records])
-    assert np.all(np.abs(sent - np.arange(8) * 0.05) < 0.03)  # at the schedule
+    np.testing.assert_allclose(sent, np.arange(8) * 0.05, atol=1e-9)  # at the schedule
+    prefill = c.c0 + c.c_tok * 20 + c.c_seq
+    decode = c.c0 + c.c_tok + c.c_seq
     for r in res.records:
         assert not r.error
         assert r.output_tokens == 6 and r.prompt_tokens == 20 and r.chunks == 6
-        assert len(r.gaps) == 5
-        assert r.sent < r.first_token <= r.last_token
-        # a decode step of the fake takes at least c0 + c_tok + c_seq
-        assert min(r.gaps) > 0.005
-    assert res.client["send_lag_p99_ms"] < 30
+        assert r.first_token - r.sent == pytest.approx(c.overhead + prefill, abs=1e-9)
+        np.testing.assert_allclose(r.gaps, [decode] * 5, atol=1e-9)
+        assert r.last_token - r.sent == pytest.approx(c.overhead + prefill + 5 * decode, abs=1e-9)
+    assert res.client["send_lag_p99_ms"] == pytest.approx(0.0, abs=1e-6)
     assert res.client["cpu_per_chunk_us"] > 0
 
 
-def test_closed_loop_keeps_concurrency_and_order(fake_server):
-    res = run(reqs(9), Options(url=fake_server, model="fake"), closed=3)
+def test_closed_loop_keeps_concurrency_and_order(monkeypatch):
+    res = run_on_fake(monkeypatch, reqs(9), closed=3)
     assert res.mode == "closed"
     recs = res.records
     sent = np.array([r.sent for r in recs])
-    assert (np.diff(sent) >= -1e-6).all()  # taken in order
+    assert (np.diff(sent) >= 0).all()  # taken in order
     done = np.array([r.last_token for r in recs])
     for k in range(len(recs)):  # never more than 3 in flight
         in_flight = np.sum((sent <= sent[k] + 1e-9) & (done > sent[k] + 1e-9))
         assert in_flight <= 3
-    # request 3 goes out when the first of 0..2 finishes
-    assert abs(sent[3] - done[:3].min()) < 0.02
+    # request 3 goes out the moment the first of 0..2 finishes
+    assert sent[3] == pytest.approx(done[:3].min(), abs=1e-9)
+    assert all(not r.error and r.output_tokens == 6 for r in recs)
 
 
 def test_tables_have_the_simulators_columns(fake_server, tmp_path):

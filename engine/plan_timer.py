@@ -1,4 +1,4 @@
-"""Run synthetic BatchPlans on the engine: each plan on fresh requests, timed.
+"""Synthetic BatchPlans timed on the engine: each plan on fresh requests, wall seconds.
 
 A plan is a list of :class:`Row` (tokens already cached, new tokens, whether it samples).
 Cached tokens are a stand-in: their KV blocks are allocated but hold whatever the cache
@@ -6,10 +6,14 @@ holds, which costs the same to read. Rows with cached tokens are registered with
 beforehand (as a running request would be); fresh prefills draw their ids inside the step,
 as they do in ``servesim execute``. Every run starts from an empty engine, so the
 executor's block manager and request state never leak from one measurement to the next.
+
+Calibration (``calibration.measure``), its speed probe and ``engine.bench`` all time plans
+with :class:`PlanTimer`. No torch here: the timer drives whatever executor it is given.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -51,12 +55,10 @@ def shape_of(rows: Sequence[Row], block_size: int = 16) -> StepShape:
     return build(rows, block_size)[0].shape()
 
 
-def tokens_needed(rows: Sequence[Row]) -> int:
-    return sum(r.computed + r.new for r in rows)
-
-
-class Harness:
-    """Times plans on an :class:`engine.executor.EngineExecutor`."""
+class PlanTimer:
+    """Times plans on an :class:`engine.executor.EngineExecutor` (or anything with its
+    ``run``, ``reset``, ``add_request``, ``blocks``, ``num_blocks``, ``block_size``, ``spec``
+    and ``timer``)."""
 
     def __init__(self, executor):
         self.executor = executor
@@ -66,8 +68,10 @@ class Harness:
         self._ids = np.random.default_rng(0).integers(0, vocab, self.capacity, dtype=np.int64)
 
     def fits(self, rows: Sequence[Row]) -> bool:
+        """The rows' KV fits the cache and each row the model's length."""
         bs = self.block_size
-        return sum(-(-(r.computed + r.new) // bs) for r in rows) <= self.executor.num_blocks
+        return (all(r.computed + r.new <= self.executor.spec.max_model_len for r in rows)
+                and sum(-(-(r.computed + r.new) // bs) for r in rows) <= self.executor.num_blocks)
 
     def run(self, rows: Sequence[Row], timer=None) -> float:
         """Wall seconds of ``executor.run`` on ``rows`` (with ``timer`` hooked in, if given).
@@ -87,3 +91,8 @@ class Harness:
         finally:
             ex.timer = None
             ex.reset()
+
+    def median(self, rows: Sequence[Row], repeats: int) -> float:
+        """Median seconds of ``repeats`` runs, after one untimed run of the shape."""
+        self.run(rows)
+        return statistics.median(self.run(rows) for _ in range(repeats))
