@@ -21,7 +21,7 @@ from endpoint import fit as fitting
 from endpoint.loadgen import Options
 from endpoint.probes import ProbeData, Prober, steady_gaps
 from endpoint.prompts import PromptBuilder, WordVocab
-from endpoint.server_metrics import identity
+from endpoint.server_metrics import identity, published_int
 from sim.pricing.profile import Device, LinearFit, Ops, Profile, Table
 
 SPEED_PROBE = (256, 16, 2)  # lone requests one after another: prompt, output tokens, how many
@@ -39,6 +39,8 @@ class Settings:
     device_type: str = "cpu"
     seed: int = 0
     progress: bool = True
+    request_timeout: float = 600.0  # seconds per probe request
+    time_limit: float | None = None  # seconds for the whole calibration
     notes: list[str] = field(default_factory=list)
 
 
@@ -71,18 +73,12 @@ def speed_probe(prober: Prober) -> dict[str, float]:
     ``probe_s``: the lone requests' median E2E plus the batch's median E2E."""
     import asyncio
 
-    from endpoint.loadgen import run_async
-
     p, out, n = SPEED_PROBE
-    lone = [asyncio.run(run_async([prober.request(p, out)], prober.opts)).records[0] for _ in range(n)]
-    lone = [r for r in lone if not r.error]
+    lone = [asyncio.run(prober.send([prober.request(p, out)], "speed probe, lone requests")).records[0]
+            for _ in range(n)]
     b, bp, bout = SPEED_BATCH
-    batch = asyncio.run(run_async([prober.request(bp, bout) for _ in range(b)], prober.opts)).records
+    batch = asyncio.run(prober.send([prober.request(bp, bout) for _ in range(b)], "speed probe, a batch")).records
     steady = steady_gaps(batch, bp, b)
-    batch = [r for r in batch if not r.error]
-    if not lone or not batch:
-        return {"ttft_s": float("nan"), "itl_s": float("nan"), "batch_itl_s": float("nan"),
-                "probe_s": float("nan")}
     lone_e2e = float(np.median([r.last_token - r.sent for r in lone]))
     batch_e2e = float(np.median([r.last_token - r.sent for r in batch]))
     return {"ttft_s": float(np.median([r.first_token - r.sent for r in lone])),
@@ -91,26 +87,30 @@ def speed_probe(prober: Prober) -> dict[str, float]:
             "lone_e2e_s": lone_e2e, "batch_e2e_s": batch_e2e, "probe_s": lone_e2e + batch_e2e}
 
 
-def calibrate(s: Settings, vocab: WordVocab, log=print) -> tuple[Profile, dict, ProbeData]:
-    """Run the probes; returns the profile, the scenario fragment and the raw measurements."""
+def calibrate(s: Settings, vocab: WordVocab, log=print, data: ProbeData | None = None
+              ) -> tuple[Profile, dict, ProbeData]:
+    """Run the probes; returns the profile, the scenario fragment and the raw measurements
+    (``data``: filled as the probes go, so that a caller keeps them when one fails)."""
     from calibration.progress import ticker
 
     ident = identity(s.url)
     models = {m["id"]: m for m in ident.get("models", [])}
-    max_len = int((models.get(s.model) or {}).get("max_model_len") or 2048)
+    max_len = published_int(s.url, "max_model_len", (models.get(s.model) or {}).get("max_model_len")) or 2048
     cache = ident.get("cache_config", {})
     has_metrics = bool(ident.get("metrics"))
     g = grid(s, max_len)
-    opts = Options(url=s.url, model=s.model)
-    block = int(cache.get("block_size", 16) or 16)
+    opts = Options(url=s.url, model=s.model, timeout_s=s.request_timeout)
+    block = published_int(s.url, "cache_config_info.block_size", cache.get("block_size")) or 16
     rng = np.random.default_rng(s.seed)
-    data = ProbeData()
+    data = ProbeData() if data is None else data
     t_all = time.perf_counter()
     with ticker(s.progress) as bar:
-        prober = Prober(opts, PromptBuilder(vocab, block, s.seed), bar.tick, has_metrics)
+        prober = Prober(opts, PromptBuilder(vocab, block, s.seed), bar.tick, has_metrics,
+                        time_limit_s=s.time_limit)
 
         def phase(name: str, total: int):
             bar.stage(name, total)
+            prober.phase = name
             data.phases_s[name] = -time.perf_counter()
 
         def end(name: str):
@@ -183,7 +183,7 @@ def calibrate(s: Settings, vocab: WordVocab, log=print) -> tuple[Profile, dict, 
         speed = {k: float(np.mean([p[k] for p in probes])) for k in probes[0]}
         speed["each_s"] = [p["probe_s"] for p in probes]
 
-        f = fitting.fit(data.ttft, data.gaps, budget)
+        f = fit_measurements(data, budget, s.url)
         kv_blocks = _kv_blocks(cache)
         profile = _profile(s, ident, f, budget, max_seqs, kv_blocks, block, data, speed)
         fragment = _fragment(s, budget, max_seqs, block, kv_blocks)
@@ -198,6 +198,35 @@ def calibrate(s: Settings, vocab: WordVocab, log=print) -> tuple[Profile, dict, 
                            "records": recs}
     data.phases_s["total"] = time.perf_counter() - t_all
     return profile, fragment, data
+
+
+def fit_measurements(data: ProbeData, budget: int, url: str) -> fitting.Fit:
+    """The fit, or a refusal that says which measurements are missing or unusable."""
+    from sim.errors import InputError
+
+    bad = [t for t in data.ttft if not (np.isfinite(t.ttft) and t.ttft > 0)]
+    bad += [g for g in data.gaps if not (np.isfinite(g.seconds) and g.seconds > 0)]
+    if bad:
+        raise InputError("--endpoint", url, f"{len(bad)} probe measurement(s) are not positive times "
+                         f"(e.g. {bad[0]}): nothing fitted")
+    if not any(g.kind == "decode" for g in data.gaps):
+        raise InputError("--endpoint", url, "no decode probe gave steady gaps between tokens (every batch's "
+                         "requests must decode together for a few tokens): nothing fitted")
+    try:
+        return fitting.fit(data.ttft, data.gaps, budget)
+    except ValueError as e:
+        raise InputError("--endpoint", url, f"the probes cannot be fitted: {e}") from None
+
+
+def keep_partial(data: ProbeData, out: Path) -> Path:
+    """The measurements of a calibration that stopped, beside where the profile would go."""
+    from dataclasses import asdict
+
+    from endpoint.records import write_json
+
+    return write_json(out.with_suffix(".partial.json"), {
+        "note": "measurements of a calibration that did not finish; no profile was written",
+        **asdict(data)})
 
 
 def _kv_blocks(cache: dict) -> int | None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from sim.errors import InputError
+
 
 def add_client_options(p, model_help: str = "served model name (default: the server's first)") -> None:
     p.add_argument("--model", default=None, help=model_help)
@@ -16,6 +18,26 @@ def add_client_options(p, model_help: str = "served model name (default: the ser
                         "(/v1/chat/completions)")
     p.add_argument("--no-exact-output", action="store_true",
                    help="do not send ignore_eos / min_tokens (servers that reject them)")
+    add_limit_options(p)
+
+
+def add_limit_options(p) -> None:
+    """``--request-timeout`` and ``--time-limit`` (loadgen, and calibrate / validate with
+    ``--endpoint``)."""
+    p.add_argument("--request-timeout", type=float, default=600.0, metavar="S",
+                   help="the longest a request may take, send to [DONE]; then it is recorded as "
+                        "timed out (default 600)")
+    p.add_argument("--time-limit", type=float, default=None, metavar="S",
+                   help="the longest the whole run may take; then requests in flight are cancelled "
+                        "and recorded as such (default: none)")
+
+
+def limits(args) -> tuple[float, float | None]:
+    """``--request-timeout`` and ``--time-limit``, checked."""
+    for flag, v in (("--request-timeout", args.request_timeout), ("--time-limit", args.time_limit)):
+        if v is not None and not v > 0:
+            raise InputError(flag, None, f"expected seconds > 0, got {v}")
+    return args.request_timeout, args.time_limit
 
 
 def cmd_loadgen(args) -> int:
@@ -25,12 +47,14 @@ def cmd_loadgen(args) -> int:
     from sim.cli.console import console
     from sim.scenario.schema import load_scenario
 
+    timeout, time_limit = limits(args)
     url = check_url(args.endpoint)
     model = served_model(url, args.model)
     scenario = load_scenario(args.scenario, args.set)
     source = args.scenario or "<default scenario>"
     p, result = measure(scenario, url, model, tokenizer=args.tokenizer, api=args.api,
-                        exact=not args.no_exact_output, source=source, progress=not args.no_progress)
+                        exact=not args.no_exact_output, source=source, progress=not args.no_progress,
+                        request_timeout=timeout, time_limit=time_limit)
     req = requests_frame(result, scenario.slo, p.workload.class_names,
                          p.workload.class_id)
     itl = itl_frame(result)
@@ -43,6 +67,9 @@ def cmd_loadgen(args) -> int:
 
 
 def print_run(console, req, itl, result) -> None:
+    from rich.markup import escape
+
+    from endpoint.failures import describe
     from endpoint.records import bench_metrics
 
     b = bench_metrics(req, itl, result.duration_s)
@@ -57,8 +84,13 @@ def print_run(console, req, itl, result) -> None:
     lag = f"send lag p99 {c['send_lag_p99_ms']:.2f} ms, " if "send_lag_p99_ms" in c else ""
     console.print(f"  client: {lag}event-loop lag p99 {c['loop_lag_p99_ms']:.2f} ms, "
                   f"CPU {c['cpu_per_chunk_us']:.0f} µs per chunk")
-    for e in sorted({e for e in req["error"] if e})[:3]:
-        console.print(f"[red]error:[/] {e}")
+    if bad:
+        head = "no request finished" if bad == len(req) else "failed"
+        console.print(f"[red]{head}:[/] {escape(describe(req['error'], len(req)))}")
+    retried = sum(r.retries for r in result.records)
+    if retried:
+        console.print(f"  {retried} request(s) sent again on a new connection (the server had closed "
+                      "the kept-alive one)")
 
 
 def register(sub) -> None:

@@ -14,6 +14,8 @@ from sim.errors import InputError
 
 def add_endpoint_options(p, what: str) -> None:
     """The options ``calibrate`` / ``validate`` take with ``--endpoint``."""
+    from endpoint.cli import add_limit_options
+
     g = p.add_argument_group(f"{what} an OpenAI-compatible server (--endpoint)")
     g.add_argument("--endpoint", default=None, metavar="URL",
                    help=f"{what} this server instead of the in-repo engine, e.g. http://127.0.0.1:8000")
@@ -21,6 +23,7 @@ def add_endpoint_options(p, what: str) -> None:
                    help="the server's model name (default: its first)")
     g.add_argument("--tokenizer", default=None,
                    help="tokenizer.json or model folder (default: the served model's folder, if local)")
+    add_limit_options(g)
 
 
 def sim_model_for(url: str, served: str, given: str | None):
@@ -52,20 +55,30 @@ def calibrate_endpoint(args) -> int:
     import yaml
 
     from calibration.command_io import check_profile_out, write_profile
-    from endpoint.calibrate import Settings, calibrate, saturation_check
+    from endpoint.calibrate import Settings, calibrate, keep_partial, saturation_check
+    from endpoint.cli import limits
     from endpoint.measure import check_url, served_model
+    from endpoint.probes import ProbeData
     from endpoint.records import write_text
     from endpoint.replay import load_vocab
     from sim.cli.console import console
 
+    timeout, time_limit = limits(args)
     url = check_url(args.endpoint)
     served = served_model(url, args.served_model, "--served-model")
     sim_model = sim_model_for(url, served, args.model)
     vocab = load_vocab(url, args.tokenizer)
     path = check_profile_out(args.out or "profile-endpoint.json")
     s = Settings(url=url, model=served, sim_model=sim_model, quick=args.quick, seed=args.seed,
-                 progress=not args.no_progress, device_type="cpu" if args.device == "cpu" else "gpu")
-    profile, fragment, data = calibrate(s, vocab)
+                 progress=not args.no_progress, device_type="cpu" if args.device == "cpu" else "gpu",
+                 request_timeout=timeout, time_limit=time_limit)
+    data = ProbeData()
+    try:
+        profile, fragment, data = calibrate(s, vocab, data=data)
+    except InputError as e:  # the server failed a probe, or time ran out: keep what was measured
+        kept = keep_partial(data, path)
+        raise InputError(e.source, e.field, f"{e.message}; no profile written, the measurements so far "
+                         f"are in {kept}") from None
     write_profile(profile, path)  # the saturation check simulates with it
     frag_path = path.with_suffix(".scenario.yaml")
     fragment["cost"]["profile"] = path.name
@@ -96,13 +109,16 @@ def calibrate_endpoint(args) -> int:
 def validate_endpoint(args, scenario, source: str, out: Path, bounds: dict[str, float]) -> int:
     """Measure ``scenario`` on the server and simulate it with ``--profile``; write and judge."""
     from calibration.command_io import report_validation, write_validation
+    from endpoint.cli import limits
     from endpoint.measure import check_url, served_model
     from endpoint.validate import validate
     from sim.cli.console import console
 
+    timeout, time_limit = limits(args)
     url = check_url(args.endpoint)
     served = served_model(url, args.served_model, "--served-model")
     v = validate(scenario, args.profile, url, served, source=source, tokenizer=args.tokenizer,
-                 repeats=args.repeats, out=out, log=lambda m: console.print(m))
+                 repeats=args.repeats, out=out, log=lambda m: console.print(m), request_timeout=timeout,
+                 time_limit=time_limit)
     write_validation(v, out)
     return report_validation(v, out, "validation.json, report.html, requests.csv, run*/", bounds, console)

@@ -30,7 +30,7 @@ def served_model(url: str, model: str | None, field: str = "--model") -> str:
     server's first model."""
     from endpoint.server_metrics import identity
 
-    ids = [m["id"] for m in identity(url).get("models", [])]
+    ids = [m["id"] for m in identity(url).get("models", []) if isinstance(m.get("id"), str)]
     if model is None:
         if not ids:
             raise InputError(field, None, f"the server lists no model; give {field}")
@@ -50,22 +50,24 @@ def progress_bar(total: int, label: str, enabled: bool = True):
 
 
 def measure(scenario, url: str, model: str, *, tokenizer: str | None, api: str, exact: bool,
-            source: str, progress: bool = True, label: str | None = None, seed: int | None = None):
+            source: str, progress: bool = True, label: str | None = None, seed: int | None = None,
+            request_timeout: float = 600.0, time_limit: float | None = None):
     """Run the scenario's requests against the server; returns (plan, LoadResult). ``seed``:
-    the prompts' words (default: the scenario's seed); lengths, arrivals and sharing stay."""
+    the prompts' words (default: the scenario's seed); lengths, arrivals and sharing stay.
+    ``request_timeout`` bounds each request, ``time_limit`` the whole run (seconds)."""
     from endpoint.loadgen import Options, run
     from endpoint.replay import check_fits, load_vocab, plan
-    from endpoint.server_metrics import identity
+    from endpoint.server_metrics import identity, published_int
 
     vocab = load_vocab(url, tokenizer)
-    opts = Options(url=url, model=model, api=api, exact_output=exact)
+    opts = Options(url=url, model=model, api=api, exact_output=exact, timeout_s=request_timeout)
     overhead = chat_overhead(opts) if api == "chat" else 0
     p = plan(scenario, vocab, api=api, chat_overhead=overhead, seed=seed)
     models = {m["id"]: m for m in identity(url).get("models", [])}
-    check_fits(p, (models.get(model) or {}).get("max_model_len"), source)
+    check_fits(p, published_int(url, "max_model_len", (models.get(model) or {}).get("max_model_len")), source)
     with progress_bar(len(p.requests), label or scenario.name, progress) as bar:
         result = run(p.requests, opts, closed=p.closed, think_time_s=p.think_time_s,
-                     on_done=lambda _r: bar.tick())
+                     on_done=lambda _r: bar.tick(), time_limit_s=time_limit)
     return p, result
 
 

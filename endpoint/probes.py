@@ -26,9 +26,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from endpoint.loadgen import Options, Record, Request, run_async
+from endpoint.failures import check, kind_of
+from endpoint.loadgen import LoadResult, Options, Record, Request, run_async
 from endpoint.prompts import PromptBuilder
 from endpoint.server_metrics import ITER_TOKENS, RUNNING, Sampler, scrape
+from sim.errors import InputError
 
 
 @dataclass
@@ -61,9 +63,41 @@ class ProbeData:
 
 
 class Prober:
-    def __init__(self, opts: Options, builder: PromptBuilder, tick=lambda n=1: None, metrics: bool = True):
+    """Sends the probes. Every probe request must succeed: a failed one stops the measurement
+    with what the server did (``endpoint.failures.ServerFailure``, exit 2); ``time_limit_s``
+    bounds all probes together (``--time-limit``)."""
+
+    def __init__(self, opts: Options, builder: PromptBuilder, tick=lambda n=1: None, metrics: bool = True,
+                 time_limit_s: float | None = None, who: str = "calibration"):
         self.opts, self.builder, self.tick, self.metrics = opts, builder, tick, metrics
         self.next_id = 1_000_000  # unique prompts: no prefix-cache hit between probes
+        self.time_limit_s, self.who, self.phase = time_limit_s, who, ""
+        self.deadline = None if time_limit_s is None else time.perf_counter() + time_limit_s
+
+    def _out_of_time(self) -> InputError:
+        during = f" during {self.phase!r}" if self.phase else ""
+        return InputError("--time-limit", None, f"{self.who} did not finish within {self.time_limit_s:g} s "
+                                                f"(stopped{during})")
+
+    def left(self) -> float | None:
+        """Seconds left of the time limit (None: no limit); none left: stop."""
+        if self.deadline is None:
+            return None
+        left = self.deadline - time.perf_counter()
+        if left <= 0:
+            raise self._out_of_time()
+        return left
+
+    def check(self, records: list[Record], what: str) -> None:
+        if any(kind_of(r.error) == "time limit" for r in records if r.error):
+            raise self._out_of_time()
+        check(self.opts.url, f"{self.who} probe ({what})", records)
+
+    async def send(self, reqs: list[Request], what: str, **kw) -> LoadResult:
+        """``reqs`` through the load generator within the time left; every one must succeed."""
+        res = await run_async(reqs, self.opts, time_limit_s=self.left(), **kw)
+        self.check(res.records, what)
+        return res
 
     def request(self, prompt: int, out: int, arrival: float = 0.0) -> Request:
         self.next_id += 1
@@ -82,6 +116,8 @@ class Prober:
         server that does not abort on disconnect)."""
         if not self.metrics:
             return
+        left = self.left()
+        timeout_s = timeout_s if left is None else min(timeout_s, left)
         t0 = time.perf_counter()
         while time.perf_counter() - t0 < timeout_s:
             m = scrape(self.opts.url)
@@ -97,18 +133,16 @@ class Prober:
         out = []
         for p in order:
             before = self.iterations()
-            rec = asyncio.run(run_async([self.request(p, 2)], self.opts)).records[0]
+            rec = asyncio.run(self.send([self.request(p, 2)], f"a lone {p}-token prompt")).records[0]
             after = self.iterations()
             self.tick()
-            if rec.error:
-                raise RuntimeError(f"probe request failed: {rec.error}")
             steps = None if before is None or after is None else round(after - before) - 1
             out.append(TtftPoint(p, rec.first_token - rec.sent, steps, rec.gaps[0] if rec.gaps else float("nan")))
         return out
 
     def decode(self, batch: int, context: int, out_tokens: int) -> GapPoint | None:
         reqs = [self.request(context, out_tokens) for _ in range(batch)]
-        recs = asyncio.run(run_async(reqs, self.opts)).records
+        recs = asyncio.run(self.send(reqs, f"{batch} decodes of {context}-token prompts")).records
         self.tick()
         return steady_gaps(recs, context, batch)
 
@@ -117,20 +151,21 @@ class Prober:
             decodes = [self.request(context, out_tokens) for _ in range(batch)]
             late = self.request(prompt, 1)
             watch: list[Record] = []
-            task = asyncio.create_task(run_async(decodes, self.opts, records=watch))
+            what = f"{batch} decodes and a {prompt}-token prompt among them"
+            task = asyncio.create_task(self.send(decodes, what, records=watch))
             t0 = time.perf_counter()
             while time.perf_counter() - t0 < 120 and not task.done():
                 await asyncio.sleep(0.02)
                 if len(watch) == batch and all(r.chunks >= 3 for r in watch):
                     break
-            late_res = await run_async([late], self.opts)
-            return await task, late_res, None
+            late_res = await run_async([late], self.opts, time_limit_s=self.left())
+            res = await task
+            self.check(late_res.records, what)
+            return res, late_res
 
-        res, late_res, _ = asyncio.run(go())
+        res, late_res = asyncio.run(go())
         self.tick()
         lr = late_res.records[0]
-        if lr.error or any(r.error for r in res.records):
-            return None
         # the prefill's first token in the decodes' clock
         t_first = late_res.start_wall + lr.first_token - res.start_wall
         t_sent = late_res.start_wall + lr.sent - res.start_wall
@@ -157,28 +192,29 @@ class Prober:
             watch: list[Record] = []
             start: list[float] = []
             task = asyncio.create_task(run_async([self.request(16, out_tokens)], self.opts, records=watch,
-                                                 on_start=start.append))
+                                                 on_start=start.append, time_limit_s=self.left()))
             t0 = time.perf_counter()
             while time.perf_counter() - t0 < 60 and not task.done():
                 await asyncio.sleep(0.02)
                 if watch and watch[0].chunks >= 8:
                     break
-            late = await run_async([self.request(prompt, 1)], self.opts)
+            late = await run_async([self.request(prompt, 1)], self.opts, time_limit_s=self.left())
             seen = watch[0].chunks if watch else 0
             t1 = time.perf_counter()
             while not task.done() and watch[0].chunks < seen + 3 and time.perf_counter() - t1 < 30:
                 await asyncio.sleep(0.02)
             if not task.done():
-                task.cancel()
+                task.cancel()  # the decode has served its purpose: not a failure
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+            self.check(watch + late.records, f"a {prompt}-token prompt while one request decodes")
             return watch[0], start[0], late
 
         r, start_wall, late = asyncio.run(go())
         self.wait_idle()
         self.tick()
         lr = late.records[0]
-        if r.error or lr.error or not r.gaps:
+        if not r.gaps:
             return None
         t_sent = late.start_wall + lr.sent - start_wall
         t_first = late.start_wall + lr.first_token - start_wall
@@ -198,8 +234,11 @@ class Prober:
         async def go():
             sampler = Sampler(self.opts.url, period=0.05)
             sampler.start()
-            await run_async([self.request(prompt, out_tokens) for _ in range(n)], self.opts)
-            await sampler.stop()
+            try:
+                await self.send([self.request(prompt, out_tokens) for _ in range(n)],
+                                f"{n} short requests at once")
+            finally:
+                await sampler.stop()
             return sampler.max_running()
 
         got = asyncio.run(go()) if self.metrics else None
@@ -208,7 +247,8 @@ class Prober:
 
     def saturation(self, concurrency: int, n: int, prompt: int, out_tokens: int) -> tuple[list[Record], float]:
         reqs = [self.request(prompt, out_tokens) for _ in range(n)]
-        res = asyncio.run(run_async(reqs, self.opts, closed=concurrency, on_done=lambda _r: self.tick()))
+        res = asyncio.run(self.send(reqs, f"a closed loop of {concurrency}", closed=concurrency,
+                                    on_done=lambda _r: self.tick()))
         return res.records, res.duration_s
 
 

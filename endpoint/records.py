@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from endpoint.failures import failure_counts, kind_of
 from endpoint.loadgen import LoadResult
 from sim.results.jsonsafe import json_safe as _clean
 from sim.results.metrics import slo_limits, slo_met, summarize
@@ -24,7 +25,8 @@ from sim.results.metrics import slo_limits, slo_met, summarize
 
 def requests_frame(result: LoadResult, slo=None, class_names=None, class_id=None) -> pd.DataFrame:
     """One row per request, the columns of ``sim.results.metrics.requests_frame`` (unknowns:
-    replica and engine 0, no preemptions, scheduling time NaN) plus ``error``."""
+    replica and engine 0, no preemptions, scheduling time NaN) plus ``error``. A failed request
+    is ``rejected``, its ``reject_reason`` the failure's kind (``endpoint.failures.KINDS``)."""
     recs = result.records
     n = len(recs)
     ok = np.array([not r.error and r.chunks > 0 for r in recs], dtype=bool)
@@ -49,7 +51,7 @@ def requests_frame(result: LoadResult, slo=None, class_names=None, class_id=None
         "output_tokens": np.where(ok, out_tok, 0),
         "max_output_tokens": np.array([r.max_tokens for r in recs], dtype=np.int64),
         "status": np.where(ok, "finished", "rejected"),
-        "reject_reason": ["" if not r.error else "server error" for r in recs],
+        "reject_reason": [kind_of(r.error) if r.error else "" for r in recs],
         "preemptions": np.zeros(n, dtype=np.int64),
         "cached_tokens": np.array([r.cached_tokens or 0 for r in recs], dtype=np.int64),
         "first_scheduled": np.full(n, np.nan),
@@ -72,14 +74,15 @@ def itl_frame(result: LoadResult) -> pd.DataFrame:
 
 
 def bench_metrics(requests: pd.DataFrame, itl: pd.DataFrame, duration_s: float) -> dict[str, float]:
-    """The figures ``vllm bench serve`` prints, from the same definitions (ms; per second)."""
+    """The figures ``vllm bench serve`` prints, from the same definitions (ms; per second), of
+    the finished requests (``itl`` keeps every request's gaps)."""
     fin = requests[requests["status"] == "finished"]
     out = {"completed": len(fin), "duration_s": duration_s,
            "request_throughput": len(fin) / duration_s,
            "output_throughput": float(fin["output_tokens"].sum()) / duration_s,
            "total_token_throughput": float(fin["output_tokens"].sum() + fin["prompt_tokens"].sum())
            / duration_s}
-    gaps = itl["gap_s"].to_numpy()
+    gaps = itl["gap_s"].to_numpy()[itl["request_id"].isin(fin["request_id"]).to_numpy()]
     for name, v in (("ttft", fin["ttft"].to_numpy()), ("tpot", fin["tpot"].dropna().to_numpy()),
                     ("itl", gaps), ("e2el", fin["e2e"].to_numpy())):
         if len(v):
@@ -116,7 +119,8 @@ def write_parquet(path: Path, df: pd.DataFrame) -> Path:
 def write_run(out: str | Path, result: LoadResult, requests: pd.DataFrame, itl: pd.DataFrame,
               meta: dict) -> dict[str, Path]:
     """``requests.parquet``, ``itl.parquet`` and ``summary.json`` (summary as ``servesim run``
-    computes it, plus the bench figures, the client's overhead and ``meta``)."""
+    computes it, plus the bench figures, the client's overhead, the failures by kind and
+    ``meta``)."""
     out = Path(out)
     summary = summarize(requests, pd.DataFrame({"duration": [], "num_seqs": []}))
     paths = {"requests": write_parquet(out / "requests.parquet", requests),
@@ -124,5 +128,7 @@ def write_run(out: str | Path, result: LoadResult, requests: pd.DataFrame, itl: 
     paths["summary"] = write_json(out / "summary.json", {
         **meta, "mode": f"measured ({result.mode} loop)", "summary": summary,
         "bench": bench_metrics(requests, itl, result.duration_s), "client_overhead": result.client,
+        "failures": {"requests": len(requests), **failure_counts(requests["error"]),
+                     "retried": sum(r.retries for r in result.records)},
         "errors": sorted({e for e in requests["error"] if e})[:10]})
     return paths

@@ -16,6 +16,8 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 
+from sim.errors import InputError
+
 _LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)')
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
@@ -105,9 +107,9 @@ def identity(url: str) -> dict:
             out["version"] = json.loads(v).get("version")
     models = get(url, "/v1/models")
     if models:
-        with contextlib.suppress(json.JSONDecodeError, AttributeError):
+        with contextlib.suppress(json.JSONDecodeError, AttributeError, TypeError):
             out["models"] = [{k: m.get(k) for k in ("id", "root", "max_model_len", "owned_by")}
-                             for m in json.loads(models).get("data", [])]
+                             for m in json.loads(models).get("data") or [] if isinstance(m, dict)]
     m = scrape(url)
     out["metrics"] = m is not None
     if m is not None:
@@ -117,6 +119,21 @@ def identity(url: str) -> dict:
         out["engine"] = "vllm" if any(k.startswith("vllm:") for k in m.samples) else \
             "sglang" if any(k.startswith("sglang:") for k in m.samples) else "unknown"
     return out
+
+
+def published_int(url: str, name: str, value) -> int | None:
+    """A count the server publishes (None: not published); anything but a positive whole
+    number is refused by name."""
+    if value is None:
+        return None
+    try:
+        n = int(value)
+        ok = n > 0 and n == float(value)
+    except (TypeError, ValueError, OverflowError):
+        ok = False
+    if not ok:
+        raise InputError("--endpoint", url, f"the server publishes {name} = {value!r}, not a positive whole number")
+    return n
 
 
 class Sampler:

@@ -20,6 +20,7 @@ import pandas as pd
 
 from calibration.compare import breakdown, diagnose, error_stats, join, spread, summary_diff
 from calibration.validate import Validation, stage_means
+from endpoint.failures import ServerFailure
 from endpoint.server_metrics import scrape
 from sim.loops.run import RunResult
 from sim.pricing.profile import load_profile
@@ -59,10 +60,24 @@ def measured_result(scenario, run: MeasuredRun) -> RunResult:
                      f"measured ({run.mode} loop)")
 
 
+def refuse_failed(run: MeasuredRun, k: int, url: str, kept: Path | None = None) -> None:
+    """No score on a run with failed requests: the simulation would replay requests the server
+    never served (``endpoint.failures.ServerFailure``, exit 2)."""
+    req = run.requests
+    failed = (req["status"] != "finished").to_numpy()
+    if failed.any():
+        errors = [str(e) or "no token: not finished" for e in req.get("error", pd.Series("", req.index))[failed]]
+        where = f"the measured requests are in {kept}" if kept is not None else "see each request's error"
+        raise ServerFailure(url, f"validation run {k}", errors, len(req), f"not scored; {where}")
+
+
 def validate(scenario, profile_path: str | Path, url: str, model: str, *, source: str, tokenizer: str | None,
              api: str = "completions", exact: bool = True, repeats: int = 1, out: Path | None = None,
-             log=print, progress: bool = True) -> Validation:
-    """Measure the scenario ``repeats`` times between two speed probes, then ``compare``."""
+             log=print, progress: bool = True, request_timeout: float = 600.0,
+             time_limit: float | None = None) -> Validation:
+    """Measure the scenario ``repeats`` times between two speed probes, then ``compare``.
+    A failed request (or probe) stops it before scoring, its runs written; ``time_limit``
+    bounds the probes and runs together."""
     from endpoint.calibrate import probe_design, speed_probe
     from endpoint.loadgen import Options
     from endpoint.measure import measure
@@ -76,16 +91,22 @@ def validate(scenario, profile_path: str | Path, url: str, model: str, *, source
     load_profile(profile_path, "--profile")
     make_cost_model(with_profile(scenario, profile_path, source))  # shape and TP match? (exit 2)
     vocab = load_vocab(url, tokenizer)
-    prober = Prober(Options(url=url, model=model), PromptBuilder(vocab, 16, 99), metrics=False)
+    prober = Prober(Options(url=url, model=model, timeout_s=request_timeout), PromptBuilder(vocab, 16, 99),
+                    metrics=False, time_limit_s=time_limit, who="validation")
+    prober.phase = "the speed probe before"
     before = speed_probe(prober)
     runs = []
+    if out is not None:
+        clear_stale(out, repeats)
     for k in range(repeats):
+        prober.phase = f"run {k + 1}"
         m0 = scrape(url)
         # each repeat its own prompt words (same lengths, arrivals and sharing): a prefix cache
         # keeps nothing of the run before
         plan, res = measure(scenario, url, model, tokenizer=tokenizer, api=api, exact=exact, source=source,
                             progress=progress, label=f"{scenario.name} run {k + 1}/{repeats}",
-                            seed=None if k == 0 else scenario.seed + 7919 * k)
+                            seed=None if k == 0 else scenario.seed + 7919 * k,
+                            request_timeout=request_timeout, time_limit=prober.left())
         stages = server_stages(m0, scrape(url))
         req = requests_frame(res, scenario.slo, plan.workload.class_names, plan.workload.class_id)
         if out is not None:
@@ -93,10 +114,28 @@ def validate(scenario, profile_path: str | Path, url: str, model: str, *, source
                       {"scenario": scenario.name, "endpoint": url, "model": model, "server_stages": stages,
                        "duration_s": res.duration_s})
         runs.append(MeasuredRun(req, stages, res.client, res.duration_s, res.mode, itl_frame(res)))
+        refuse_failed(runs[-1], k + 1, url, None if out is None else out / f"run{k + 1}")
+    prober.phase = "the speed probe after"
     after = speed_probe(prober)
     context = {"url": url, "model": model, "api": api,
                "speed_probe": {"before": before, "after": after, "design": probe_design()}}
     return compare(scenario, profile_path, runs, context, source=source, log=log)
+
+
+def clear_stale(out: Path, repeats: int) -> None:
+    """Before new runs are written to ``out``: an older validation's scores and its runs
+    beyond ``repeats`` go, so that nothing there mixes two validations (a refused one leaves
+    its runs and no score)."""
+    import shutil
+
+    from calibration.command_io import VALIDATION_FILES
+
+    for name in VALIDATION_FILES:
+        (out / name).unlink(missing_ok=True)
+    k = repeats + 1
+    while (out / f"run{k}").is_dir():
+        shutil.rmtree(out / f"run{k}")
+        k += 1
 
 
 def read_runs(folder: Path) -> list[MeasuredRun]:
@@ -144,17 +183,20 @@ def compare(scenario, profile_path: str | Path, runs: list[MeasuredRun], context
         if design is not None and profile.grid.get("probe_design") != design:
             warnings.append("calibration timed another speed probe than this validation: no drift estimate")
             calibrated = None
-        if calibrated:
+        ratio = (machine["probe_before_s"] + machine["probe_after_s"]) / 2 / float(calibrated or "nan")
+        if calibrated and np.isfinite(ratio) and ratio > 0:
             machine["probe_calibration_s"] = float(calibrated)
-            machine["speed_ratio"] = (machine["probe_before_s"] + machine["probe_after_s"]) / 2 / float(calibrated)
+            machine["speed_ratio"] = ratio
+        elif calibrated:
+            warnings.append(f"the speed probes gave no usable time (before {machine['probe_before_s']}, after "
+                            f"{machine['probe_after_s']}, calibration {calibrated}): no drift estimate")
 
+    for k, r in enumerate(runs, start=1):
+        refuse_failed(r, k, context.get("url", "?"))
     first = runs[0]
     real = measured_result(scenario, first)
     req = first.requests
     ok = (req["status"] == "finished").to_numpy()
-    if not ok.all():
-        warnings.append(f"{int((~ok).sum())} request(s) failed on the server: "
-                        + "; ".join(sorted({e for e in req['error'] if e})[:3]))
     workload = build_workload(scenario)
     closed, think = closed_loop(scenario)
     sends = req["arrival"].to_numpy()

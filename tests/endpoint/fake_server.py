@@ -5,6 +5,10 @@ budget, at most ``max_seqs`` running, and lasts ``c0 + c_tok·tokens + c_seq·se
 request reaches the engine ``overhead`` seconds after it is received. It serves
 ``/v1/models``, streaming ``/v1/completions`` (prompt as token ids; usage at the end),
 ``/version`` and a vLLM-like ``/metrics`` — enough to calibrate and validate against it.
+
+``FakeServer.fault(mode, every)`` makes every ``every``-th completion request hostile (see
+``FAULTS``); ``close-reused`` instead drops every request that arrives on a kept-alive
+connection, without an answer (as a server does that closed it while the client reused it).
 """
 
 from __future__ import annotations
@@ -29,6 +33,48 @@ class Cost:
     overhead: float = 0.004
     block_size: int = 16
     kv_blocks: int = 4096
+
+
+FAULTS = {
+    "null": "a token, then `data: null`",
+    "string": 'a token, then `data: "x"`',
+    "not-json": "a token, then `data: {oops`",
+    "bad-usage": "every token, then usage.completion_tokens = \"many\"",
+    "no-done": "half the tokens, then the stream ends (no usage, no [DONE])",
+    "http-500": "HTTP 500 with an error body",
+    "error-event": "a token, then an `error:` event (llama.cpp) and the end of the stream",
+    "stall": "a token, then nothing until the server stops",
+    "disconnect": "a token, then the connection is cut",
+    "empty-final": "every token, then an empty chunk with finish_reason (llama.cpp), usage and [DONE]",
+    "close-reused": "a request on a reused keep-alive connection: the connection closed, no answer",
+    "close-after": "every token, then the kept-alive connection closed right after the answer",
+}
+
+
+@dataclass
+class Faults:
+    mode: str | None = None
+    every: int = 1
+    models: object = None  # /v1/models's answer instead of the model (a hostile listing)
+    seen: int = 0  # completion requests so far
+    connections: set = field(default_factory=set)  # transports that carried a request
+
+    def pick(self, transport) -> str | None:
+        """The fault of this request (None: served normally)."""
+        reused = transport in self.connections
+        self.connections.add(transport)
+        if self.mode == "close-reused":
+            return self.mode if reused else None
+        self.seen += 1
+        return self.mode if self.mode and self.seen % self.every == 0 else None
+
+
+def _event(data) -> bytes:
+    return f"data: {data if isinstance(data, str) else json.dumps(data)}\n\n".encode()
+
+
+def _token(k: int) -> bytes:
+    return _event({"choices": [{"index": 0, "text": f" t{k}", "finish_reason": None}], "usage": None})
 
 
 @dataclass
@@ -96,8 +142,10 @@ class FakeEngine:
         return "\n".join(lines) + "\n"
 
 
-def make_app(cost: Cost, model: str = "fake", root: str | None = None) -> tuple[web.Application, FakeEngine]:
-    holder: dict = {}
+def make_app(cost: Cost, model: str = "fake", root: str | None = None,
+             faults: Faults | None = None) -> tuple[web.Application, dict]:
+    holder: dict = {"faults": faults or Faults()}
+    released = asyncio.Event()  # a stalled stream waits for the server's shutdown
 
     async def start(app):
         holder["engine"] = engine = FakeEngine(cost)
@@ -106,7 +154,12 @@ def make_app(cost: Cost, model: str = "fake", root: str | None = None) -> tuple[
     async def stop(app):
         holder["task"].cancel()
 
+    async def shutdown(app):
+        released.set()
+
     async def models(request):
+        if holder["faults"].models is not None:
+            return web.json_response(holder["faults"].models)
         return web.json_response({"object": "list", "data": [
             {"id": model, "object": "model", "root": root, "max_model_len": 1024}]})
 
@@ -122,26 +175,58 @@ def make_app(cost: Cost, model: str = "fake", root: str | None = None) -> tuple[
             return web.json_response({"error": {"message": "no such model"}}, status=404)
         prompt = body["prompt"]
         n = len(prompt) if isinstance(prompt, list) else len(str(prompt).split())
+        fault = holder["faults"].pick(request.transport)
+        if fault == "close-reused":
+            request.transport.close()
+            return web.Response()  # never reaches the client
+        if fault == "http-500":
+            return web.json_response({"error": {"message": "the engine died"}}, status=500)
         engine: FakeEngine = holder["engine"]
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         await asyncio.sleep(cost.overhead)
-        r = Req(n, int(body["max_tokens"]))
+        max_tokens = int(body["max_tokens"])
+        if fault in ("null", "string", "not-json", "stall", "disconnect", "error-event"):
+            await resp.write(_token(1))
+            if fault == "stall":
+                await released.wait()
+                return resp
+            if fault == "disconnect":
+                request.transport.abort()
+                return resp
+            if fault == "error-event":
+                await resp.write(b'error: {"code": 500, "message": "slot unavailable"}\n\n')
+                return resp
+            await resp.write(_event({"null": "null", "string": '"x"', "not-json": "{oops"}[fault]))
+            await resp.write(_event({"choices": [], "usage": {"prompt_tokens": n, "completion_tokens": 1}}))
+            await resp.write(_event("[DONE]"))
+            return resp
+        if fault == "no-done":
+            max_tokens = max(max_tokens // 2, 1)
+        r = Req(n, max_tokens)
         engine.waiting.append(r)
         engine.wake.set()
         while True:
             k = await r.queue.get()
-            chunk = {"choices": [{"index": 0, "text": f" t{k}"}], "usage": None}
-            await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            await resp.write(_token(k))
             if k >= r.max_tokens:
                 break
-        usage = {"choices": [], "usage": {"prompt_tokens": n, "completion_tokens": r.generated}}
-        await resp.write(f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())
+        if fault == "no-done":
+            return resp
+        if fault == "empty-final":
+            await resp.write(_event({"choices": [{"index": 0, "text": "", "finish_reason": "length"}]}))
+        tokens = "many" if fault == "bad-usage" else r.generated
+        await resp.write(_event({"choices": [], "usage": {"prompt_tokens": n, "completion_tokens": tokens}}))
+        await resp.write(_event("[DONE]"))
+        if fault == "close-after":
+            await resp.write_eof()
+            request.transport.close()
         return resp
 
     app = web.Application()
     app.on_startup.append(start)
     app.on_cleanup.append(stop)
+    app.on_shutdown.append(shutdown)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/version", version)
     app.router.add_get("/metrics", metrics)
@@ -152,9 +237,12 @@ def make_app(cost: Cost, model: str = "fake", root: str | None = None) -> tuple[
 class FakeServer:
     """Runs the app on 127.0.0.1 in a background thread (``with FakeServer(...) as url:``)."""
 
-    def __init__(self, cost: Cost | None = None, root: str | None = None):
+    def __init__(self, cost: Cost | None = None, root: str | None = None, fault: str | None = None,
+                 every: int = 1):
         self.cost = cost or Cost()
         self.root = root
+        self.faults = Faults()
+        self.fault(fault, every)
         self.loop = asyncio.new_event_loop()
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
@@ -164,12 +252,18 @@ class FakeServer:
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
-        app, self.holder = make_app(self.cost, root=self.root)
-        self.runner = web.AppRunner(app)
+        app, self.holder = make_app(self.cost, root=self.root, faults=self.faults)
+        self.runner = web.AppRunner(app, shutdown_timeout=5.0)
         self.loop.run_until_complete(self.runner.setup())
         self.loop.run_until_complete(web.TCPSite(self.runner, "127.0.0.1", self.port).start())
         self.ready.set()
         self.loop.run_forever()
+
+    def fault(self, mode: str | None, every: int = 1) -> None:
+        """From now on, every ``every``-th completion request is hostile as ``mode`` says."""
+        if mode is not None and mode not in FAULTS:
+            raise ValueError(f"no fault {mode!r}: {', '.join(FAULTS)}")
+        self.faults.mode, self.faults.every, self.faults.seen = mode, every, 0
 
     def __enter__(self) -> str:
         self.thread.start()

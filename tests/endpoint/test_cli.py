@@ -55,7 +55,7 @@ def test_calibrate_endpoint_writes_the_profile_and_its_scheduler(fake_server, tm
                 "hardware": {"kv_blocks": 4096}, "cost": {"model": "profile", "profile": "profile.json"}}
     calls = []
 
-    def calibrate(settings, vocab):
+    def calibrate(settings, vocab, data=None):
         calls.append(settings)
         return profile, fragment, SimpleNamespace(phases_s={"total": 1.0})
 

@@ -21,7 +21,7 @@ from types import SimpleNamespace
 
 from aiohttp import web
 
-from tests.endpoint.fake_server import Cost, make_app
+from tests.endpoint.fake_server import Cost, Faults, make_app
 
 EPOCH = 1.7e9  # the virtual wall clock's start (time.time())
 
@@ -52,8 +52,10 @@ def virtual_clock(loop: asyncio.AbstractEventLoop) -> SimpleNamespace:
                            process_time=time.process_time, sleep=time.sleep)
 
 
-def run_on_fake(monkeypatch, requests, cost: Cost | None = None, model: str = "fake", **kw):
-    """``run_async(requests, Options(url=<the fake>, model=model), **kw)`` on virtual time."""
+def run_on_fake(monkeypatch, requests, cost: Cost | None = None, model: str = "fake", *,
+                faults: Faults | None = None, options: dict | None = None, **kw):
+    """``run_async(requests, Options(url=<the fake>, model=model, **options), **kw)`` on virtual
+    time, the fake hostile as ``faults`` says (``fake_server.FAULTS``)."""
     from endpoint import loadgen
 
     loop = VirtualTimeLoop()
@@ -64,12 +66,13 @@ def run_on_fake(monkeypatch, requests, cost: Cost | None = None, model: str = "f
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
 
     async def main():
-        app, _ = make_app(cost or Cost())
+        app, _ = make_app(cost or Cost(), faults=faults)
         runner = web.AppRunner(app)
         await runner.setup()
         await web.SockSite(runner, sock).start()
         try:
-            return await loadgen.run_async(requests, loadgen.Options(url=url, model=model), **kw)
+            return await loadgen.run_async(requests, loadgen.Options(url=url, model=model, **(options or {})),
+                                           **kw)
         finally:
             await runner.cleanup()
 
