@@ -34,4 +34,8 @@ def cost_per_hour(inventory: dict[str, int], prices: dict[str, float], own: dict
     """USD per hour: the scenario's ``own`` prices, else ``prices`` (a study's, by catalog name),
     else the catalog's price_per_hour."""
     own = own or {}
-    return sum(n * own.get(name, prices.get(name) or get_gpu(name).price_per_hour) for name, n in inventory.items())
+
+    def price(name: str) -> float:
+        return own[name] if name in own else prices.get(name) or get_gpu(name).price_per_hour
+
+    return sum(n * price(name) for name, n in inventory.items())
