@@ -71,7 +71,8 @@ def gpu_rows(s) -> list[tuple[str, str]]:
                                ("int8", "int8_flops")) if getattr(g, f))
             rows.append((f"GPU {g.name}", f"defined in the scenario: {g.memory_bytes / 2**30:,.1f} GiB, "
                          f"{g.hbm_bandwidth / 1e12:g} TB/s HBM, {peaks} TFLOP/s dense, {g.interconnect} "
-                         f"{g.interconnect_bandwidth / 1e9:,.0f} GB/s within {g.link_domain} GPUs"))
+                         f"{g.interconnect_bandwidth / 1e9:,.0f} GB/s within {g.link_domain} GPUs, "
+                         f"{g.scale_out or 'no link'} beyond, {g.arch or 'default'} efficiencies"))
         elif hw.gpu_resolution:
             rows.append(("GPU", f"{hw.gpu_resolution} ({g.source})"))
     return rows

@@ -2,7 +2,9 @@
 (``{name, memory_gib, hbm_tb_s, peaks: {bf16, fp8, fp4, int8}, link}``) or a catalog GPU with
 fields replaced (``{base: H100-SXM, memory_gib: 94}``). Figures are in the datasheets' units:
 memory in GiB as the driver reports it, HBM in TB/s, dense peaks in TFLOP/s, links in GB/s per
-GPU and direction."""
+GPU and direction. A GPU defined without base takes, where it leaves them out, an HGX-style
+node's layout (``link.domain`` 8, ``link.scale_out`` ib400), 50 GB/s to the host, and the
+default (unfitted) efficiencies (``arch``); the run's "what was simulated" spells them out."""
 
 from __future__ import annotations
 
