@@ -70,7 +70,7 @@ def catalog_records(what: str) -> list[dict]:
              "link_gbps": round(g.interconnect_bandwidth / 1e9), "link_domain": g.link_domain,
              "scale_out": g.scale_out or None, "power_w": round(g.power_w), "usd_per_hour": g.price_per_hour,
              "price_source": g.price_source, "price_date": g.price_date, "source": g.source,
-             "source_date": g.source_date} for g in GPU_CATALOG.values()]
+             "source_date": g.source_date, "figures": g.figures} for g in GPU_CATALOG.values()]
 
 
 def catalog_table(what: str, records: list[dict]) -> tuple[list[str], list[list[str]]]:

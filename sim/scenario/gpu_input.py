@@ -107,7 +107,7 @@ class GpuDefinition(Strict):
         fields: dict = {"name": self.name or f"{base.name} (custom)",
                         "source": "hardware.gpu" + (f" (base {base.name}: {base.source})" if base else ""),
                         "source_date": base.source_date if base else "", "memory_estimated": False,
-                        "price_source": "catalog " + base.name if base else "", "note": "user-defined"}
+                        "price_source": "catalog " + base.name if base else ""}
         if self.memory_gib is not None:
             fields["memory_bytes"] = self.memory_gib * GiB
         if self.hbm_tb_s is not None:
