@@ -60,8 +60,14 @@ def catalog_records(what: str) -> list[dict]:
                  "ffn": m.intermediate_size, "vocab": m.vocab_size, "max_len": m.max_model_len, "dtype": m.dtype,
                  "experts": m.num_experts, "experts_per_token": m.experts_per_token}
                 for m in MODEL_CATALOG.values()]
+    from sim.scenario.specs import efficiency
+
     def tflops(x: float) -> int | None:
         return round(x / 1e12) or None
+
+    def allreduce(g) -> dict:  # a small all-reduce across the whole domain: fitted or derived
+        return {"allreduce_domain_us": round(efficiency.collective_latency(g, g.link_domain) * 1e6, 1),
+                "allreduce_latency": efficiency.link_constants(g.link)[2]}
 
     return [{"name": g.name, "memory_gib": round(g.memory_bytes / 2**30, 1), "memory_estimated": g.memory_estimated,
              "bf16_tflops": tflops(g.bf16_flops), "fp8_tflops": tflops(g.fp8_flops),
@@ -70,7 +76,7 @@ def catalog_records(what: str) -> list[dict]:
              "link_gbps": round(g.interconnect_bandwidth / 1e9), "link_domain": g.link_domain,
              "scale_out": g.scale_out or None, "power_w": round(g.power_w), "usd_per_hour": g.price_per_hour,
              "price_source": g.price_source, "price_date": g.price_date, "source": g.source,
-             "source_date": g.source_date, "figures": g.figures} for g in GPU_CATALOG.values()]
+             "source_date": g.source_date, "figures": g.figures, **allreduce(g)} for g in GPU_CATALOG.values()]
 
 
 def catalog_table(what: str, records: list[dict]) -> tuple[list[str], list[list[str]]]:

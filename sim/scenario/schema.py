@@ -425,6 +425,8 @@ def _set_path(data: dict, dotted: str, value: Any, source: str) -> None:
         child = node.get(key)
         if child is None or (isinstance(child, str) and key == "model"):
             child = node[key] = {}
+        elif isinstance(child, str) and key == "gpu":  # a field of a catalog GPU: that GPU, changed
+            child = node[key] = {"base": child}
         node = child
 
 

@@ -76,6 +76,13 @@ def test_fitted_links_keep_their_fit_and_the_others_derive_from_nvlink4():
 
 
 # -- TP beyond the link domain -------------------------------------------------------------------
+def test_an_nvl72_all_reduce_grows_by_a_step_per_doubling_beyond_the_fitted_8():
+    gb200, per_peer = get_gpu("GB200"), efficiency.calibrated()["links"]["nvlink4"][1]
+    at8, at64 = (efficiency.collective_latency(gb200, n) for n in (8, 64))
+    assert at64 - at8 == pytest.approx(3 * per_peer)  # 8 → 64: three doublings
+    assert at64 < 2 * at8
+
+
 def test_tp_beyond_a_node_is_priced_over_the_scale_out_link():
     h100 = get_gpu("H100-SXM")
     assert efficiency.collective_bandwidth(h100, 8) == h100.interconnect_bandwidth
@@ -137,6 +144,14 @@ def test_overriding_a_catalog_field_changes_only_that_field():
     p = roofline_for(s).params
     assert p[BANDWIDTH] == pytest.approx(3.9e12 * efficiency.hbm_fraction(h100))
     assert p[FLOPS] == roofline_for(scenario()).params[FLOPS]
+
+
+def test_set_changes_one_field_of_the_scenarios_catalog_gpu():
+    from sim.scenario.schema import load_scenario
+
+    s = load_scenario(None, ["hardware.gpu=H200", "hardware.gpu.hbm_tb_s=6", "hardware.gpu.link.domain=4"])
+    assert s.gpu_spec.hbm_bandwidth == 6e12 and s.gpu_spec.link_domain == 4
+    assert s.gpu_spec.memory_bytes == get_gpu("H200").memory_bytes
 
 
 def test_price_per_gpu_hour_replaces_the_catalog_price_in_a_study_cost():
@@ -216,6 +231,8 @@ def test_list_gpus_shows_fp4_link_domain_power_and_sources(capsys):
     gb300 = rows["GB300-NVL72"]
     assert gb300["fp4_tflops"] == 15000 and gb300["link_domain"] == 72 and gb300["power_w"] == 1400
     assert gb300["source"] and gb300["source_date"] and gb300["price_date"]
+    assert rows["H100-SXM"]["allreduce_latency"] == "fitted" and rows["H100-SXM"]["allreduce_domain_us"] == 51.5
+    assert gb300["allreduce_latency"] == "derived from nvlink4"
     assert main(["list", "gpus"]) == 0
     out = capsys.readouterr().out
     assert "domain" in out and "fp4" in out and "MI355X" in out

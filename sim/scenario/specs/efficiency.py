@@ -100,14 +100,26 @@ def link_constants(link: Link) -> tuple[float, float, str]:
     return float(base) + shift, float(per_peer), f"derived from {REFERENCE_LINK}"
 
 
+FITTED_GROUP = 8  # the largest TP group the published cases fit (an 8-GPU node)
+
+
+def _steps(n: int) -> float:
+    """Peer steps of a small all-reduce among ``n`` GPUs of one domain: one per peer up to the
+    fitted group, then one per doubling (NCCL's tree and NVLink SHARP algorithms, which large
+    groups such as an NVL72 rack run, grow with log2 of the group)."""
+    if n <= FITTED_GROUP:
+        return n - 1.0
+    return FITTED_GROUP - 1.0 + math.log2(n / FITTED_GROUP)
+
+
 def collective_latency(gpu: GpuSpec, tp: int) -> float:
     """Seconds of one small all-reduce among ``tp`` GPUs on ``gpu``'s links: within a domain, a
-    base latency plus one per peer (the steps of NCCL's ring and tree algorithms grow with the
-    group); a group spanning several domains adds the ring's 2·(domains − 1) steps over the
-    scale-out link (a hierarchical all-reduce: reduce-scatter and all-gather between domains)."""
+    base latency plus one per peer step (``_steps``); a group spanning several domains adds the
+    ring's 2·(domains − 1) steps over the scale-out link (a hierarchical all-reduce:
+    reduce-scatter and all-gather between domains)."""
     inner, outer = gpu.links_for(tp)
     base, per_peer, _ = link_constants(inner)
-    seconds = base + per_peer * (min(tp, gpu.link_domain) - 1)
+    seconds = base + per_peer * _steps(min(tp, gpu.link_domain))
     if outer is not None:
         seconds += 2 * (gpu.domains_spanned(tp) - 1) * outer.latency_s
     return seconds
