@@ -106,10 +106,10 @@ class GpuDefinition(Strict):
         kind = link.type or (base.interconnect if base else None)
         fields: dict = {"name": self.name or f"{base.name} (custom)",
                         "source": "hardware.gpu" + (f" (base {base.name}: {base.source})" if base else ""),
-                        "source_date": base.source_date if base else "", "memory_estimated": False,
+                        "source_date": base.source_date if base else "", "figures": "",
                         "price_source": "catalog " + base.name if base else ""}
         if self.memory_gib is not None:
-            fields["memory_bytes"] = self.memory_gib * GiB
+            fields["memory_bytes"], fields["memory_estimated"] = self.memory_gib * GiB, False
         if self.hbm_tb_s is not None:
             fields["hbm_bandwidth"] = self.hbm_tb_s * 1e12
         peaks = self.peaks or Peaks()
@@ -119,11 +119,10 @@ class GpuDefinition(Strict):
                 fields[attr] = value * TFLOPS
         if kind is not None:
             fields["interconnect"] = kind
-        if link.bandwidth_gb_s is not None or (link.type and not base):
-            fields["interconnect_bandwidth"] = (link.bandwidth_gb_s * GB if link.bandwidth_gb_s
-                                                else LINKS[kind].bandwidth)
-        elif link.type and base and link.type != base.interconnect:
-            fields["interconnect_bandwidth"] = LINKS[kind].bandwidth
+        if link.bandwidth_gb_s is not None:
+            fields["interconnect_bandwidth"] = link.bandwidth_gb_s * GB
+        elif link.type is not None and (base is None or link.type != base.interconnect):
+            fields["interconnect_bandwidth"] = LINKS[link.type].bandwidth  # the type's own
         if link.domain is not None:
             fields["link_domain"] = link.domain
         if link.scale_out is not None:
