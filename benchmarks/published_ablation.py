@@ -41,7 +41,7 @@ def _decimal_gb() -> Iterator[None]:
     nominal = {"A100-40GB": 40e9, "A100-80GB": 80e9, "H100-SXM": 80e9, "H200": 141e9, "L40S": 48e9, "B200": 180e9}
     saved = dict(gpus.GPU_CATALOG)
     for name, g in saved.items():
-        gpus.GPU_CATALOG[name] = dataclasses.replace(g, memory_bytes=nominal[name])
+        gpus.GPU_CATALOG[name] = dataclasses.replace(g, memory_bytes=nominal.get(name, g.memory_bytes))
     try:
         yield
     finally:

@@ -60,10 +60,23 @@ def catalog_records(what: str) -> list[dict]:
                  "ffn": m.intermediate_size, "vocab": m.vocab_size, "max_len": m.max_model_len, "dtype": m.dtype,
                  "experts": m.num_experts, "experts_per_token": m.experts_per_token}
                 for m in MODEL_CATALOG.values()]
-    return [{"name": g.name, "memory_gb": round(g.memory_bytes / 1e9, 1), "bf16_tflops": round(g.bf16_flops / 1e12),
-             "fp8_tflops": round(g.fp8_flops / 1e12) or None, "hbm_gbps": round(g.hbm_bandwidth / 1e9),
-             "link_gbps": round(g.interconnect_bandwidth / 1e9), "link": g.interconnect,
-             "usd_per_hour": g.price_per_hour} for g in GPU_CATALOG.values()]
+    from sim.scenario.specs import efficiency
+
+    def tflops(x: float) -> int | None:
+        return round(x / 1e12) or None
+
+    def allreduce(g) -> dict:  # a small all-reduce across the whole domain: fitted or derived
+        return {"allreduce_domain_us": round(efficiency.collective_latency(g, g.link_domain) * 1e6, 1),
+                "allreduce_latency": efficiency.link_constants(g.link)[2]}
+
+    return [{"name": g.name, "memory_gib": round(g.memory_bytes / 2**30, 1), "memory_estimated": g.memory_estimated,
+             "bf16_tflops": tflops(g.bf16_flops), "fp8_tflops": tflops(g.fp8_flops),
+             "fp4_tflops": tflops(g.fp4_flops), "int8_tops": tflops(g.int8_flops),
+             "hbm_gbps": round(g.hbm_bandwidth / 1e9), "link": g.interconnect,
+             "link_gbps": round(g.interconnect_bandwidth / 1e9), "link_domain": g.link_domain,
+             "scale_out": g.scale_out or None, "power_w": round(g.power_w), "usd_per_hour": g.price_per_hour,
+             "price_source": g.price_source, "price_date": g.price_date, "source": g.source,
+             "source_date": g.source_date, "figures": g.figures, **allreduce(g)} for g in GPU_CATALOG.values()]
 
 
 def catalog_table(what: str, records: list[dict]) -> tuple[list[str], list[list[str]]]:
@@ -75,9 +88,13 @@ def catalog_table(what: str, records: list[dict]) -> tuple[list[str], list[list[
                                                                           "ffn", "vocab", "max_len")), r["dtype"],
                  f"{r['experts']} (top {r['experts_per_token']})" if r["experts"] > 1 else "-"] for r in records]
     else:
-        head = ["name", "memory GB", "bf16 TFLOP/s", "fp8 TFLOP/s", "HBM GB/s", "link GB/s", "link", "$/h"]
-        rows = [[r["name"], f"{r['memory_gb']:.0f}", str(r["bf16_tflops"]), str(r["fp8_tflops"] or "-"),
-                 str(r["hbm_gbps"]), str(r["link_gbps"]), r["link"], f"{r['usd_per_hour']:.2f}"] for r in records]
+        head = ["name", "memory GiB", "bf16", "fp8", "fp4", "int8", "HBM GB/s", "link", "GB/s", "domain",
+                "beyond", "W", "$/h", "source, date"]
+        rows = [[r["name"], f"{r['memory_gib']:.1f}" + ("~" if r["memory_estimated"] else ""),
+                 *(str(r[k] or "-") for k in ("bf16_tflops", "fp8_tflops", "fp4_tflops", "int8_tops", "hbm_gbps")),
+                 r["link"], str(r["link_gbps"]), str(r["link_domain"]), r["scale_out"] or "-", str(r["power_w"]),
+                 f"{r['usd_per_hour']:.2f}" + ("~" if r["price_source"].startswith("estimate") else ""),
+                 f"{r['source']}, {r['source_date']}"] for r in records]
     return head, rows
 
 
@@ -101,6 +118,9 @@ def cmd_list(args) -> int:
     t = Table(*head)
     t.columns[0].no_wrap = True
     print_rows(t, rows)
+    if args.what == "gpus":
+        print("TFLOP/s dense; link GB/s per GPU and direction within the domain, 'beyond' the link between "
+              "domains; ~ an estimate (--format json for every source and price date)")
     return 0
 
 

@@ -101,7 +101,7 @@ def roofline_params(model: ModelSpec, gpu: GpuSpec, *, tp: int = 1, pp: int = 1,
     p[REST] = L * 4 * act_b  # norms, rope, residual adds, KV writes: memory-bound
     p[LM_F], p[LM_B] = 2 * h * m.vocab_size / tp / head_flops, m.vocab_size * h * abytes / tp / bw
     p[TP], p[LAYERS], p[HIDDEN], p[ABYTES] = tp, L, h, abytes
-    p[LINK] = gpu.interconnect_bandwidth * BUS_FRACTION
+    p[LINK] = efficiency.collective_bandwidth(gpu, tp) * BUS_FRACTION
     p[COLL_LATENCY] = efficiency.collective_latency(gpu, tp) * engine.allreduce_latency_scale
     p[IS_MOE] = float(m.is_moe)
     p[EXPERTS], p[TOPK], p[EXPERT_PARAMS] = m.num_experts, m.experts_per_token, 3 * h * m.intermediate_size

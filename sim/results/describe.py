@@ -28,6 +28,10 @@ def _layout(hw) -> str:
     parts = []
     if hw.tp > 1:
         parts.append(f"TP {hw.tp}" + (" with expert parallelism" if hw.expert_parallel else ""))
+        gpu = hw.gpu_spec
+        if hw.tp > gpu.link_domain:
+            parts[-1] += (f" across {gpu.domains_spanned(hw.tp)} domains of {gpu.link_domain} "
+                          f"({gpu.interconnect} within, {gpu.scale_out} between)")
     if hw.pp > 1:
         parts.append(f"PP {hw.pp}")
     return ", ".join(parts)
@@ -36,19 +40,42 @@ def _layout(hw) -> str:
 def hardware_text(s) -> str:
     """Replica groups as "2 × H100-SXM" or "1 × (2 × A100-80GB, TP 2)", and the GPU total:
     "2 × H100-SXM + 1 × (2 × A100-80GB, TP 2): 4 GPUs"."""
-    groups = Counter((r.role, r.hardware.gpu, r.hardware.tp, r.hardware.pp, r.hardware.expert_parallel)
+    groups = Counter((r.role, r.hardware.gpu_name, r.hardware.tp, r.hardware.pp, r.hardware.expert_parallel)
                      for r in s.replica_specs)
-    hws = {(r.role, r.hardware.gpu, r.hardware.tp, r.hardware.pp, r.hardware.expert_parallel): r.hardware
+    hws = {(r.role, r.hardware.gpu_name, r.hardware.tp, r.hardware.pp, r.hardware.expert_parallel): r.hardware
            for r in s.replica_specs}
     parts = []
     for key, n in groups.items():
         hw = hws[key]
-        unit = hw.gpu if hw.num_gpus == 1 else f"({hw.num_gpus} × {hw.gpu}, {_layout(hw)})"
+        unit = hw.gpu_name if hw.num_gpus == 1 else f"({hw.num_gpus} × {hw.gpu_name}, {_layout(hw)})"
         parts.append(f"{ROLE_NAMES[key[0]]}{n} × {unit}")
     joiner = "; " if s.disaggregation is not None else " + "
     replicas = len(s.replica_specs)
     return (f"{joiner.join(parts)}: {fmt.plural(s.num_gpus, 'GPU')}, "
             f"{fmt.plural(replicas, 'replica')}")
+
+
+def gpu_rows(s) -> list[tuple[str, str]]:
+    """A row per GPU the user should see spelled out: one defined in the scenario (its figures), or
+    one named by an ambiguous family name (which card it was read as)."""
+    rows, seen = [], set()
+    for r in s.replica_specs:
+        hw = r.hardware
+        if hw.gpu_name in seen:
+            continue
+        seen.add(hw.gpu_name)
+        g = hw.gpu_spec
+        if not isinstance(hw.gpu, str):
+            peaks = ", ".join(f"{getattr(g, f) / 1e12:,.0f} {k}" for k, f in
+                              (("bf16", "bf16_flops"), ("fp8", "fp8_flops"), ("fp4", "fp4_flops"),
+                               ("int8", "int8_flops")) if getattr(g, f))
+            rows.append((f"GPU {g.name}", f"defined in the scenario: {g.memory_bytes / 2**30:,.1f} GiB, "
+                         f"{g.hbm_bandwidth / 1e12:g} TB/s HBM, {peaks} TFLOP/s dense, {g.interconnect} "
+                         f"{g.interconnect_bandwidth / 1e9:,.0f} GB/s within {g.link_domain} GPUs, "
+                         f"{g.scale_out or 'no link'} beyond, {g.arch or 'default'} efficiencies"))
+        elif hw.gpu_resolution:
+            rows.append(("GPU", f"{hw.gpu_resolution} ({g.source})"))
+    return rows
 
 
 def scheduler_text(sch) -> str:
@@ -158,7 +185,7 @@ def offered_text(summary: dict) -> str:
 
 def setup_rows(s, summary: dict) -> list[tuple[str, str]]:
     """(what, description) rows saying what was simulated."""
-    rows = [("model", model_text(s)), ("hardware", hardware_text(s))]
+    rows = [("model", model_text(s)), ("hardware", hardware_text(s)), *gpu_rows(s)]
     rows += scheduler_rows(s)
     if len(s.replica_specs) > 1 or s.disaggregation is not None:
         router = s.router.policy
@@ -187,5 +214,9 @@ def cost_text(s) -> str:
     step = cost.step_overhead_s if cost.step_overhead_s is not None else s.engine.cost.step_overhead_s
     given = [f"{cost.compute_efficiency:g} of peak FLOP/s" if cost.compute_efficiency is not None else "",
              f"{cost.memory_efficiency:g} of HBM bandwidth" if cost.memory_efficiency is not None else ""]
-    return (f"roofline with {s.engine.name}'s overheads ({fmt.duration(step)} per step) and the GPU's fitted "
-            "efficiencies" + "".join(f"; {g}" for g in given if g))
+    from sim.scenario.specs.efficiency import calibrated
+
+    fitted = all(r.gpu.arch in calibrated()["gpus"] for r in s.replica_specs)
+    eff = "the GPU's fitted efficiencies" if fitted else "default efficiencies (no published case fitted for this GPU)"
+    return (f"roofline with {s.engine.name}'s overheads ({fmt.duration(step)} per step) and {eff}"
+            + "".join(f"; {g}" for g in given if g))

@@ -38,7 +38,7 @@ def engines(scenario) -> list[Engine]:
     from sim.core.state import engines_of
 
     specs = scenario.replica_specs
-    hw_kinds = {(r.hardware.gpu, r.hardware.tp, r.hardware.pp) for r in specs}
+    hw_kinds = {(r.hardware.gpu_name, r.hardware.tp, r.hardware.pp) for r in specs}
     out, seen = [], {}
     for e, x in enumerate(engines_of(scenario)):
         spec = specs[x.replica]
@@ -47,7 +47,7 @@ def engines(scenario) -> list[Engine]:
         label = f"{role} {x.replica}"
         if len(hw_kinds) > 1:
             hw = spec.hardware
-            label += f" ({hw.gpu}" + (f", TP {hw.tp}" if hw.tp > 1 else "") + ")"
+            label += f" ({hw.gpu_name}" + (f", TP {hw.tp}" if hw.tp > 1 else "") + ")"
         if spec.hardware.pp > 1:
             label += f" · virtual engine {e - j}"
         out.append(Engine(e, x.replica, label, int(x.num_blocks)))

@@ -20,6 +20,7 @@ from pydantic import (
     NonNegativeFloat,
     NonNegativeInt,
     PositiveFloat,
+    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
@@ -36,8 +37,10 @@ from sim.scenario.engines import (
     memory_of,
     with_engine_defaults,
 )
+from sim.scenario.gpu_input import BRANCH_TAGS, GpuField
 from sim.scenario.memory import MemoryBudget, memory_budget
 from sim.scenario.specs import GpuSpec, ModelSpec, get_gpu, get_model, model_from_hf_config
+from sim.scenario.specs.gpus import resolution, with_price
 from sim.traffic.schema import PositiveInt, Slo, Strict, WorkloadSpec
 
 Fraction = Annotated[float, Field(gt=0, le=1)]
@@ -83,7 +86,7 @@ def _catalog_name(lookup, name: str) -> str:
 
 
 class Hardware(Strict):
-    gpu: str = "H100-SXM"
+    gpu: GpuField = "H100-SXM"  # a catalog name, or a definition (sim/scenario/gpu_input.py)
     tp: PositiveInt = 1
     pp: PositiveInt = 1
     expert_parallel: bool = False  # MoE: split experts over the TP GPUs instead of their columns
@@ -91,11 +94,43 @@ class Hardware(Strict):
     activation_reserve_gb: Gigabytes | None = None  # None: estimated from the model
     host_memory_gb: Gigabytes = 64.0  # swap space per replica for preemption by swap
     kv_blocks: PositiveInt | None = None  # fixed KV blocks per replica (overrides the budget)
+    price_per_gpu_hour: Annotated[float, Field(gt=0, le=1e6)] | None = None  # USD (default: the GPU's)
+    _asked: str | None = PrivateAttr(default=None)  # the name as written, when it was an ambiguous one
 
     @field_validator("gpu")
     @classmethod
-    def _known_gpu(cls, v: str) -> str:
-        return _catalog_name(get_gpu, v)
+    def _known_gpu(cls, v):
+        return _catalog_name(get_gpu, v) if isinstance(v, str) else v
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _remember_name(cls, data, handler):
+        hw = handler(data)
+        if isinstance(data, dict) and isinstance(data.get("gpu"), str) and resolution(data["gpu"]):
+            hw._asked = data["gpu"]
+        return hw
+
+    @model_validator(mode="after")
+    def _priced(self):
+        if not isinstance(self.gpu, str) and self.gpu.base is None and self.price_per_gpu_hour is None:
+            raise ValueError("price_per_gpu_hour: a GPU defined without base has no catalog price; "
+                             "expected hardware.price_per_gpu_hour (USD)")
+        return self
+
+    @property
+    def gpu_spec(self) -> GpuSpec:
+        """The GPU, with ``price_per_gpu_hour`` where given."""
+        spec = get_gpu(self.gpu) if isinstance(self.gpu, str) else self.gpu.spec()
+        return with_price(spec, self.price_per_gpu_hour)
+
+    @property
+    def gpu_name(self) -> str:
+        return self.gpu if isinstance(self.gpu, str) else self.gpu_spec.name
+
+    @property
+    def gpu_resolution(self) -> str | None:
+        """How an ambiguous GPU name was read ("H100 read as H100-SXM; …"), or None."""
+        return resolution(self._asked) if self._asked else None
 
     @property
     def num_gpus(self) -> int:
@@ -252,7 +287,7 @@ class ReplicaSpec:
 
     @property
     def gpu(self) -> GpuSpec:
-        return get_gpu(self.hardware.gpu)
+        return self.hardware.gpu_spec
 
 
 class Scenario(Strict):
@@ -318,13 +353,13 @@ class Scenario(Strict):
 
     @cached_property
     def gpu_spec(self) -> GpuSpec:
-        return get_gpu(self.hardware.gpu)
+        return self.hardware.gpu_spec
 
     def memory_for(self, hw: Hardware, sch: Scheduler) -> MemoryBudget:
         step_tokens = sch.chunk_size if sch.policy == "chunked-prefill" else sch.max_batched_tokens
         act = None if hw.activation_reserve_gb is None else hw.activation_reserve_gb * 1024**3
         return memory_budget(
-            self.model_spec, get_gpu(hw.gpu), tp=hw.tp, pp=hw.pp,
+            self.model_spec, hw.gpu_spec, tp=hw.tp, pp=hw.pp,
             utilization=hw.memory_utilization, block_size=sch.block_size,
             max_batched_tokens=step_tokens, max_num_seqs=sch.max_num_seqs,
             activation_bytes=act, weight_dtype=self.quantization.weights,
@@ -390,6 +425,8 @@ def _set_path(data: dict, dotted: str, value: Any, source: str) -> None:
         child = node.get(key)
         if child is None or (isinstance(child, str) and key == "model"):
             child = node[key] = {}
+        elif isinstance(child, str) and key == "gpu":  # a field of a catalog GPU: that GPU, changed
+            child = node[key] = {"base": child}
         node = child
 
 
@@ -435,7 +472,7 @@ def _format_loc(loc: tuple) -> str:
     for p in loc:
         if isinstance(p, int):
             parts.append(f"[{p}]")
-        elif (previous in unions and previous != p) or str(p).startswith("function-"):
+        elif (previous in unions and previous != p) or str(p).startswith("function-") or p in BRANCH_TAGS:
             previous = None
             continue  # a union's branch tag
         else:
@@ -489,10 +526,12 @@ def check_feasible(s: Scenario, source: str) -> None:
         if mem.num_blocks < 1:
             raise ScenarioError(
                 source, field,
-                f"{spec.name} does not fit on {hw.gpu} with tp={hw.tp}, pp={hw.pp}: weights "
+                f"{spec.name} does not fit on {hw.gpu_name} with tp={hw.tp}, pp={hw.pp}: weights "
                 f"{mem.weight_bytes / gib:.1f} GiB + activations {mem.activation_bytes / gib:.1f} GiB "
                 f"per GPU exceed the usable {mem.usable_bytes / gib:.1f} GiB; expected more GPUs "
                 "(tp/pp) or a larger GPU")
+        if reason := r.gpu.tp_refusal(hw.tp):
+            raise ScenarioError(source, f"{field}.tp", reason)
         if spec.num_heads % hw.tp or (spec.num_kv_heads % hw.tp and hw.tp % spec.num_kv_heads):
             raise ScenarioError(source, f"{field}.tp",
                                 f"must divide the model's {spec.num_heads} attention heads "

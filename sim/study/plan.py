@@ -12,7 +12,7 @@ from pydantic import BaseModel, ValidationError
 
 from sim.errors import InputError, ScenarioError
 from sim.scenario.schema import Scenario, read_scenario_file, scenario_from_dict
-from sim.study.cost import cost_per_hour, gpu_inventory
+from sim.study.cost import cost_per_hour, gpu_inventory, own_prices
 from sim.study.overrides import apply, canonical, get_path, set_path, short_names, show
 from sim.study.schema import Curves, MaxRate, Study, StudyError
 
@@ -234,7 +234,7 @@ def plan_study(study: Study, study_path: str | Path, cli_set: dict[str, Any] | N
             _check_traffic(scenario, probe, source, label, checked_workloads)
         gpus = gpu_inventory(scenario)
         configs.append(Config(i, label, values, sources, data, rate_field if rate is not None
-                              else None, gpus, cost_per_hour(gpus, study.prices), skipped))
+                              else None, gpus, cost_per_hour(gpus, study.prices, own_prices(scenario)), skipped))
     if first_infeasible is not None and all(c.skipped for c in configs):
         raise first_infeasible  # nothing can run: say why, as for a single configuration
     name = study.name or study_path.stem

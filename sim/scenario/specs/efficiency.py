@@ -12,7 +12,7 @@ from importlib import resources
 
 import yaml
 
-from sim.scenario.specs.gpus import GpuSpec
+from sim.scenario.specs.gpus import LINKS, GpuSpec, Link
 
 FILE = "calibrated.yaml"
 
@@ -78,9 +78,56 @@ def attention(gpu: GpuSpec) -> dict[str, float]:
     return {"prefill_fraction": float(a["attn_prefill_fraction"]), "decode_row_s": float(a["decode_row_s"])}
 
 
+REFERENCE_LINK = "nvlink4"  # the fitted link the others derive from (most published cases: H100/H200)
+
+
+def link_constants(link: Link) -> tuple[float, float, str]:
+    """(base, per_peer) seconds of a small all-reduce over ``link`` and how they were set. Fitted
+    links take their constants from ``calibrated.yaml``. The others are derived by one rule: the
+    reference link's fitted constants (the software floor the engines' cases measure: launch,
+    synchronisation, one step per peer), with the base moved by the difference of the links' stated
+    hop latencies (``gpus.LINKS``): NVLink 5 runs the same NVSwitch topology and kernels as NVLink 4
+    (one hop through the switch, in an 8-GPU node or an NVL72 rack alike), an Infinity Fabric mesh
+    the same one-shot kernels, and PCIe adds its switches' latency."""
+    fitted = calibrated().get("links") or {}
+    if link.name in fitted:
+        base, per_peer = fitted[link.name]
+        return float(base), float(per_peer), "fitted"
+    if REFERENCE_LINK not in fitted:
+        return link.latency_s, 0.0, "stated"
+    base, per_peer = fitted[REFERENCE_LINK]
+    shift = link.latency_s - LINKS[REFERENCE_LINK].latency_s
+    return float(base) + shift, float(per_peer), f"derived from {REFERENCE_LINK}"
+
+
+FITTED_GROUP = 8  # the largest TP group the published cases fit (an 8-GPU node)
+
+
+def _steps(n: int) -> float:
+    """Peer steps of a small all-reduce among ``n`` GPUs of one domain: one per peer up to the
+    fitted group, then one per doubling (NCCL's tree and NVLink SHARP algorithms, which large
+    groups such as an NVL72 rack run, grow with log2 of the group)."""
+    if n <= FITTED_GROUP:
+        return n - 1.0
+    return FITTED_GROUP - 1.0 + math.log2(n / FITTED_GROUP)
+
+
 def collective_latency(gpu: GpuSpec, tp: int) -> float:
-    """Seconds of one small all-reduce among ``tp`` GPUs of a node on ``gpu``'s interconnect: a
-    base latency plus one per peer (the steps of NCCL's ring and tree algorithms grow with the
-    group)."""
-    base, per_peer = (calibrated().get("links") or {}).get(gpu.interconnect, (gpu.link.latency_s, 0.0))
-    return float(base) + float(per_peer) * (tp - 1)
+    """Seconds of one small all-reduce among ``tp`` GPUs on ``gpu``'s links: within a domain, a
+    base latency plus one per peer step (``_steps``); a group spanning several domains adds the
+    ring's 2·(domains − 1) steps over the scale-out link (a hierarchical all-reduce:
+    reduce-scatter and all-gather between domains)."""
+    inner, outer = gpu.links_for(tp)
+    base, per_peer, _ = link_constants(inner)
+    seconds = base + per_peer * _steps(min(tp, gpu.link_domain))
+    if outer is not None:
+        seconds += 2 * (gpu.domains_spanned(tp) - 1) * outer.latency_s
+    return seconds
+
+
+def collective_bandwidth(gpu: GpuSpec, tp: int) -> float:
+    """Bytes/s per GPU and direction an all-reduce or all-to-all among ``tp`` GPUs moves at: the
+    domain's link, or the scale-out link (each GPU's NIC) when the group spans domains — a ring
+    across nodes runs at the slowest link it crosses."""
+    _, outer = gpu.links_for(tp)
+    return gpu.interconnect_bandwidth if outer is None else min(outer.bandwidth, gpu.interconnect_bandwidth)
