@@ -55,10 +55,14 @@ def catalog_records(what: str) -> list[dict]:
     from sim.scenario.specs import GPU_CATALOG, MODEL_CATALOG
 
     if what == "models":
-        return [{"name": m.name, "params_b": round(m.num_params / 1e9, 3), "layers": m.num_layers,
+        return [{"name": m.name, "params_b": round(m.num_params / 1e9, 3),
+                 "active_params_b": round(m.active_params / 1e9, 3), "attention": m.attention_kind,
+                 "kv_bytes_per_token": round(m.kv_bytes_per_token()), "layers": m.num_layers,
                  "hidden": m.hidden_size, "heads": m.num_heads, "kv_heads": m.num_kv_heads,
                  "ffn": m.intermediate_size, "vocab": m.vocab_size, "max_len": m.max_model_len, "dtype": m.dtype,
-                 "experts": m.num_experts, "experts_per_token": m.experts_per_token}
+                 "weights": ",".join(f"{g}:{d}" for g, d in m.weight_dtypes) or m.dtype,
+                 "experts": m.num_experts, "experts_per_token": m.experts_per_token,
+                 "state_bytes_per_request": round(m.state_bytes_per_request()), "mtp_layers": m.mtp_layers}
                 for m in MODEL_CATALOG.values()]
     return [{"name": g.name, "memory_gb": round(g.memory_bytes / 1e9, 1), "bf16_tflops": round(g.bf16_flops / 1e12),
              "fp8_tflops": round(g.fp8_flops / 1e12) or None, "hbm_gbps": round(g.hbm_bandwidth / 1e9),
@@ -69,10 +73,12 @@ def catalog_records(what: str) -> list[dict]:
 def catalog_table(what: str, records: list[dict]) -> tuple[list[str], list[list[str]]]:
     """Headings and text rows for the terminal."""
     if what == "models":
-        head = ["name", "params", "layers", "hidden", "heads", "kv heads", "ffn", "vocab", "max len", "dtype",
-                "experts"]
-        rows = [[r["name"], f"{r['params_b']:.2f}B", *(str(r[k]) for k in ("layers", "hidden", "heads", "kv_heads",
-                                                                          "ffn", "vocab", "max_len")), r["dtype"],
+        head = ["name", "params", "active", "attention", "KV B/token", "layers", "hidden", "heads", "kv heads",
+                "vocab", "max len", "weights", "experts"]
+        rows = [[r["name"], f"{r['params_b']:.2f}B", f"{r['active_params_b']:.2f}B", r["attention"],
+                 f"{r['kv_bytes_per_token']:,}" + (f" + {r['state_bytes_per_request'] / 2**20:.1f} MiB/req"
+                                                   if r["state_bytes_per_request"] else ""),
+                 *(str(r[k]) for k in ("layers", "hidden", "heads", "kv_heads", "vocab", "max_len")), r["weights"],
                  f"{r['experts']} (top {r['experts_per_token']})" if r["experts"] > 1 else "-"] for r in records]
     else:
         head = ["name", "memory GB", "bf16 TFLOP/s", "fp8 TFLOP/s", "HBM GB/s", "link GB/s", "link", "$/h"]

@@ -62,13 +62,14 @@ class HfConfigModel(Strict):
     name: str | None = None
 
 
-Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
+Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4", "fp4"]
 KvDtype = Literal["fp32", "bf16", "fp16", "fp8", "int8"]
 
 
 class Quantization(Strict):
-    """Weight dtype (fp8/int8: W8A8 on tensor cores; int4: weight-only) and KV-cache dtype.
-    Unset means the model's own dtype."""
+    """Weight dtype (fp8/int8: W8A8 on tensor cores; fp4: NVFP4, fp4 math where the GPU has it,
+    else weight-only; int4: weight-only) and KV-cache dtype. Unset means the model's own dtype
+    (and its checkpoint's quantization_config)."""
 
     weights: Dtype | None = None
     kv_cache: KvDtype | None = None
@@ -315,6 +316,15 @@ class Scenario(Strict):
         if isinstance(self.model, str):
             return get_model(self.model)
         return model_from_hf_config(self.resolve(self.model.hf_config), self.model.name)
+
+    @cached_property
+    def model_notes(self) -> list[str]:
+        """What the model's description leaves out or over-counts (a vision tower not modelled,
+        sliding-window layers' KV counted for every token), for the run's warnings."""
+        notes = [f"{self.model_spec.name}: {n}" for n in self.model_spec.notes]
+        for r in self.replica_specs:
+            notes += [n for n in r.memory.notes if n not in notes]
+        return notes
 
     @cached_property
     def gpu_spec(self) -> GpuSpec:
