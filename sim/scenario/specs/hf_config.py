@@ -324,6 +324,9 @@ def describe(cfg: HfConfig, raw: dict, source: str, prefix: str = "") -> dict[st
         out["attn_output_gate"] = r.flag("attn_output_gate", True)
     if kind == "gpt_oss":
         out["attention_sinks"] = True
+    out["qk_norm"] = kind in ("qwen3", "qwen3_moe", "qwen3_next", "gemma3_text") or (
+        kind == "glm4_moe" and r.flag("use_qk_norm"))
+    out["shared_expert_gate"] = kind in ("qwen2_moe", "qwen3_next")
     out["mtp_layers"] = r.int("num_nextn_predict_layers", 0, minimum=0)
     act = raw.get("hidden_act") or raw.get("hidden_activation")
     if act in ("relu2",):

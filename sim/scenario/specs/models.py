@@ -53,6 +53,8 @@ class ModelSpec:
     sliding_window: int = 0  # tokens a sliding layer attends to (the chunk of a chunked layer)
     attention_sinks: bool = False  # a learned sink logit per head (gpt-oss)
     attn_output_gate: bool = False  # q_proj also makes a sigmoid gate per head (Qwen3-Next)
+    qk_norm: bool = False  # an RMSNorm weight over each query and key head (Qwen3, Gemma-3)
+    shared_expert_gate: bool = False  # a sigmoid gate (hidden → 1) on the shared expert (Qwen-MoE)
     mla: Mla | None = None
     linear_attention: LinearAttention | None = None
     mamba: Mamba2 | None = None
@@ -105,7 +107,7 @@ class ModelSpec:
         decoder, priced and sized by the original formulas."""
         return len(self.groups) == 1 and self.groups[0].attention == "full" and not (
             self.attention_sinks or self.attn_output_gate or self.shared_expert_size or self.moe_intermediate_size
-            or self.mlp_matrices != 3)
+            or self.mlp_matrices != 3 or self.qk_norm)
 
     @property
     def attention_kind(self) -> str:
@@ -129,8 +131,8 @@ class ModelSpec:
         h = self.hidden_size
         if kind in ("full", *WINDOWED):
             q = self.q_size * (2 if self.attn_output_gate else 1)
-            sinks = self.num_heads if self.attention_sinks else 0
-            return {"qkv": h * (q + 2 * self.kv_size) + sinks, "o": self.q_size * h}
+            extra = (self.num_heads if self.attention_sinks else 0) + (2 * self.head_dim if self.qk_norm else 0)
+            return {"qkv": h * (q + 2 * self.kv_size) + extra, "o": self.q_size * h}
         if kind == "mla":
             return self.mla.params(h, self.num_heads)
         if kind == "linear":
@@ -149,7 +151,7 @@ class ModelSpec:
         elif mlp == "moe":
             out["mlp"] = m * h * self.shared_expert_size
             out["experts"] = m * h * self.expert_size * self.num_experts
-            out["router"] = h * self.num_experts
+            out["router"] = h * self.num_experts + (h if self.shared_expert_gate and self.shared_expert_size else 0)
         out["norm"] = h * ((attention != "none") + (mlp != "none"))
         return out
 
