@@ -29,6 +29,7 @@ from sim.core.plan import (
 )
 from sim.scenario.engines import DEFAULT_ENGINE, EngineCost, engine_cost
 from sim.scenario.specs import GpuSpec, ModelSpec, efficiency
+from sim.scenario.specs.drafts import draft_spec
 from sim.scenario.specs.layers import KV_CACHED, STATEFUL, WINDOWED
 from sim.scenario.specs.models import DTYPE_BYTES, WEIGHT_GROUPS, math_dtype
 
@@ -476,16 +477,16 @@ def engine_of(scenario) -> EngineCost:
 
 def roofline_for(scenario, replica=None) -> RooflineCost:
     """The roofline of one replica of ``scenario`` (the first one by default)."""
-    from sim.scenario.specs import get_model
-
     c = scenario.cost
     r = replica or scenario.replica_specs[0]
     hw, q = r.hardware, scenario.quantization
     draft = None
     spec = r.scheduler.speculative
-    if spec is not None:
-        draft = RooflineCost(get_model(spec.draft_model), r.gpu, tp=hw.tp,
+    drafter = None if spec is None else draft_spec(spec.method, scenario.model_spec, spec.draft_model)
+    if drafter is not None:
+        draft = RooflineCost(drafter, r.gpu, tp=hw.tp,
                              compute_efficiency=c.compute_efficiency, memory_efficiency=c.memory_efficiency,
+                             weight_dtype=q.weights if spec.method in ("mtp", "eagle") else None,
                              engine=NO_OVERHEAD)
     return RooflineCost(scenario.model_spec, r.gpu, tp=hw.tp, pp=hw.pp,
                         compute_efficiency=c.compute_efficiency, memory_efficiency=c.memory_efficiency,

@@ -50,7 +50,8 @@ def memory_budget(model: ModelSpec, gpu: GpuSpec, *, tp: int = 1, pp: int = 1,
                   max_batched_tokens: int = 8192, max_num_seqs: int = 256,
                   activation_bytes: float | None = None, weight_dtype: str | None = None,
                   kv_dtype: str | None = None, expert_parallel: bool = False,
-                  fixed_blocks: int | None = None, share_of: str = "total") -> MemoryBudget:
+                  fixed_blocks: int | None = None, share_of: str = "total",
+                  draft_weight_bytes: float = 0.0) -> MemoryBudget:
     """KV memory per GPU = memory × utilisation − weights − activation reserve, or, where the
     engine's utilisation is a share of the free memory (``share_of="free"``: TensorRT-LLM's
     kv_cache_free_gpu_mem_fraction, TurboMind's cache_max_entry_count), (memory − weights −
@@ -60,11 +61,12 @@ def memory_budget(model: ModelSpec, gpu: GpuSpec, *, tp: int = 1, pp: int = 1,
     (by layers), so one GPU holds 1/(tp·pp) of each. KV heads are replicated when TP exceeds
     their number; MLA's latent cache is whole on every rank. Linear-attention / SSM layers hold a
     fixed state per request instead, reserved for ``max_num_seqs`` requests (as vLLM sizes its
-    mamba cache) and taken from the KV memory. With expert parallelism the experts, not their
+    mamba cache) and taken from the KV memory. ``draft_weight_bytes``: an MTP or EAGLE head's
+    own weights (it shares the target's embedding and LM head). With expert parallelism the experts, not their
     columns, are split over TP.
     (Either way an MoE layer's weights divide evenly, so the per-GPU share is the same.)
     """
-    weights = model.weight_bytes(weight_dtype) / (tp * pp)
+    weights = (model.weight_bytes(weight_dtype) + draft_weight_bytes) / (tp * pp)
     act = (activation_reserve_bytes(model, max_batched_tokens, max_num_seqs, tp)
            if activation_bytes is None else activation_bytes)
     state = model.state_bytes_per_request() * max_num_seqs / (tp * pp)
