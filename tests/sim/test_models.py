@@ -278,3 +278,17 @@ def test_a_run_warns_what_the_model_leaves_out(tmp_path, capsys):
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert any("sliding-window layers" in w for w in summary["warnings"])
     assert any("vision tower" in w for w in summary["warnings"])
+
+
+def test_a_modelopt_checkpoint_reads_its_hf_quant_config(tmp_path):
+    """NVIDIA's NVFP4 checkpoints keep their quantization beside config.json; ModelOpt lists the
+    modules it leaves in bf16 layer by layer (here every layer's attention)."""
+    (tmp_path / "hf_quant_config.json").write_text(json.dumps({"producer": {"name": "modelopt"}, "quantization": {
+        "quant_algo": "NVFP4", "group_size": 16,
+        "exclude_modules": ["lm_head"] + [f"model.layers.{i}.self_attn.q_proj" for i in range(4)]}}))
+    m = _read(tmp_path, BASE)
+    assert dict(m.weight_dtypes) == {"mlp": "fp4", "experts": "fp4"} and m.dtype_of("attention") == "bf16"
+    (tmp_path / "hf_quant_config.json").write_text(json.dumps({"quantization": {"quant_algo": "W4A8_AWQ"}}))
+    with pytest.raises(ModelConfigError) as e:
+        _read(tmp_path, BASE)
+    assert e.value.source.endswith("hf_quant_config.json") and e.value.field == "quantization.quant_algo"

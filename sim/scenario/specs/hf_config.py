@@ -20,6 +20,7 @@ from sim.scenario.specs.models import ModelSpec
 from sim.scenario.specs.quant import weight_dtypes
 
 WHAT = "model config (config.json)"
+MODELOPT_FILE = "hf_quant_config.json"  # beside config.json: an NVIDIA ModelOpt checkpoint's quantization
 HF_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 Size = Annotated[int, Field(gt=0, le=2**31 - 1)]
 
@@ -334,6 +335,19 @@ def describe(cfg: HfConfig, raw: dict, source: str, prefix: str = "") -> dict[st
     return out
 
 
+def _modelopt_config(path: Path) -> dict:
+    """A ModelOpt ``hf_quant_config.json``'s quantization, as a quantization_config."""
+    source = str(path)
+    try:
+        data = json.loads(read_text(path, None, ModelConfigError, "ModelOpt quantization config"))
+    except json.JSONDecodeError as e:
+        raise ModelConfigError(source, None, f"not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}") from None
+    q = data.get("quantization") if isinstance(data, dict) else None
+    if not isinstance(q, dict):
+        raise ModelConfigError(source, "quantization", "missing; expected the ModelOpt quantization settings")
+    return {"quant_method": "modelopt", **q}
+
+
 def model_from_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
     """The model a Hugging Face ``config.json`` (a file, or the folder holding it) describes;
     problems raise :class:`~sim.errors.ModelConfigError` naming the file and the key."""
@@ -345,11 +359,16 @@ def model_from_hf_config(path: str | Path, name: str | None = None) -> ModelSpec
     experts = cfg.experts
     dtype = HF_DTYPES[cfg.torch_dtype or cfg.dtype or "bfloat16"]
     fields = describe(cfg, raw, source, prefix)
+    quant_config, where = raw.get("quantization_config"), f"{prefix}quantization_config"
+    if quant_config is None and (path.parent / MODELOPT_FILE).is_file():  # NVIDIA ModelOpt checkpoints
+        quant_config, source, where = _modelopt_config(path.parent / MODELOPT_FILE), str(path.parent / MODELOPT_FILE), \
+            "quantization"
     try:
-        quant = weight_dtypes(raw.get("quantization_config"), dtype)
+        quant = weight_dtypes(quant_config, cfg.num_hidden_layers)
     except ValueError as e:
         key, _, msg = str(e).partition(": ")
-        raise ModelConfigError(source, f"{prefix}quantization_config.{key}".rstrip("."), msg) from None
+        raise ModelConfigError(source, f"{where}.{key}".rstrip("."), msg) from None
+    source = str(path)
     spec = dict(
         name=name or cfg.name_or_path or path.parent.name,
         num_layers=cfg.num_hidden_layers,

@@ -16,25 +16,29 @@ GROUP_PATTERNS = {
 }
 
 
-def _groups_excluded(patterns) -> set[str]:
+def _groups_excluded(patterns, num_layers: int) -> set[str]:
     """The tensor groups a quantizer's exclusion list (module names, globs or ``re:`` patterns)
-    leaves unquantized. A pattern naming one module of a group (one layer's attention) leaves the
-    rest quantized: servesim keeps one dtype per group, the one most of it has."""
+    leaves unquantized: a pattern for every layer (``layers.*.self_attn``) or one module of the
+    group named in at least half of the layers (ModelOpt lists them layer by layer). servesim
+    keeps one dtype per group, so a group partly left unquantized counts as unquantized (more
+    bytes, never fewer)."""
     if patterns is None:
         return set()
     if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
         raise ValueError("modules_to_not_convert: expected a list of module names")
-    out = set()
+    out, layers = set(), {g: set() for g in GROUP_PATTERNS}
     for p in patterns:
         p = p.removeprefix("re:")
-        if re.search(r"layers\.\d+\.", p):  # one layer's module: not the group
+        if "router" in p or re.search(r"\.gate$", p) or "lm_head" in p or "embed" in p or "norm" in p:
             continue
-        if "router" in p or p.endswith(".gate") or "lm_head" in p or "embed" in p or "norm" in p:
-            continue
+        layer = re.search(r"layers\.(\d+)\.", p)
         for group, rx in GROUP_PATTERNS.items():
             if rx.search(p) and not (group == "mlp" and "experts" in p):
-                out.add(group)
-    return out
+                if layer:
+                    layers[group].add(int(layer.group(1)))
+                else:
+                    out.add(group)
+    return out | {g for g, idx in layers.items() if idx and 2 * len(idx) >= num_layers}
 
 
 def _method_dtype(q: dict) -> tuple[str, str]:
@@ -61,6 +65,8 @@ def _method_dtype(q: dict) -> tuple[str, str]:
         raise ValueError(f"bits: {bits!r} is not a weight width servesim reads for {method}; expected 4 or 8")
     if method == "compressed-tensors":
         return _compressed_tensors(q)
+    if method is None:
+        raise ValueError("quant_method: missing; expected the quantization method")
     raise ValueError(f"quant_method: {method!r} is not a quantization servesim reads; expected fp8, mxfp4, modelopt "
                      "(FP8, NVFP4), awq, gptq or compressed-tensors")
 
@@ -83,14 +89,15 @@ def _compressed_tensors(q: dict) -> tuple[str, str]:
     return found.pop(), "config_groups"
 
 
-def weight_dtypes(q, model_dtype: str) -> tuple[tuple[str, str], ...]:
+def weight_dtypes(q, num_layers: int) -> tuple[tuple[str, str], ...]:
     """(group, dtype) for each tensor group the quantization covers (none: no quantization)."""
     if q is None:
         return ()
     if not isinstance(q, dict):
         raise ValueError(": expected a JSON object")
     dtype, _ = _method_dtype(q)
-    skip = _groups_excluded(q.get("modules_to_not_convert"))
-    skip |= _groups_excluded(q.get("exclude_modules"))
-    skip |= _groups_excluded(q.get("ignore")) if q.get("quant_method") == "compressed-tensors" else set()
+    skip = _groups_excluded(q.get("modules_to_not_convert"), num_layers)
+    skip |= _groups_excluded(q.get("exclude_modules"), num_layers)
+    if q.get("quant_method") == "compressed-tensors":
+        skip |= _groups_excluded(q.get("ignore"), num_layers)
     return tuple((g, dtype) for g in WEIGHT_GROUPS if g not in skip)
