@@ -17,16 +17,15 @@ from sim.scenario.specs import MODEL_CATALOG, get_gpu, get_model, model_from_hf_
 from sim.scenario.specs.catalog import config_names
 
 
-def run_cli(capsys, *argv):
+def run_cli(capsys, *argv) -> tuple[int, str]:
+    """Exit code and everything the command printed."""
     code = main(list(argv))
-    out = capsys.readouterr()
-    return code, out.out + out.err
+    return code, "".join(capsys.readouterr())
 
 
-def write(tmp_path, text, name="s.yaml"):
-    p = tmp_path / name
-    p.write_text(text)
-    return p
+def write(tmp_path, text):
+    (tmp_path / "s.yaml").write_text(text)
+    return tmp_path / "s.yaml"
 
 DATA = resources.files("sim.scenario.data").joinpath("models")
 
