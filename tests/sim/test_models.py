@@ -291,3 +291,36 @@ def test_a_modelopt_checkpoint_reads_its_hf_quant_config(tmp_path):
     with pytest.raises(ModelConfigError) as e:
         _read(tmp_path, BASE)
     assert e.value.source.endswith("hf_quant_config.json") and e.value.field == "quantization.quant_algo"
+
+
+# Families read from a config.json beyond the catalog (the keys of their published config.json
+# that set a shape), against the published totals.
+FAMILIES = {
+    "phi-4": (dict(model_type="phi3", hidden_size=5120, intermediate_size=17920, num_attention_heads=40,
+                   num_hidden_layers=40, num_key_value_heads=10, vocab_size=100352, max_position_embeddings=16384,
+                   sliding_window=None, resid_pdrop=0.0, embd_pdrop=0.0, original_max_position_embeddings=16384),
+              14.7e9, 0.1e9, "full"),
+    "gemma-2-27b": (dict(model_type="gemma2", hidden_size=4608, intermediate_size=36864, num_attention_heads=32,
+                         num_hidden_layers=46, num_key_value_heads=16, head_dim=128, vocab_size=256000,
+                         sliding_window=4096, cache_implementation="hybrid", final_logit_softcapping=30.0,
+                         attn_logit_softcapping=50.0, query_pre_attn_scalar=144, hidden_activation="gelu_pytorch_tanh"),
+                    27.2e9, 0.1e9, "sliding ×23, full ×23, W=4096"),
+    "deepseek-v2-lite": (dict(model_type="deepseek_v2", hidden_size=2048, intermediate_size=10944,
+                              moe_intermediate_size=1408, n_routed_experts=64, n_shared_experts=2,
+                              num_experts_per_tok=6, first_k_dense_replace=1, moe_layer_freq=1,
+                              num_attention_heads=16, num_key_value_heads=16, num_hidden_layers=27,
+                              kv_lora_rank=512, q_lora_rank=None, qk_nope_head_dim=128, qk_rope_head_dim=64,
+                              v_head_dim=128, vocab_size=102400), 15.7e9, 0.1e9, "mla"),
+    "mistral-7b-v0.1": (dict(model_type="mistral", hidden_size=4096, intermediate_size=14336, num_attention_heads=32,
+                             num_hidden_layers=32, num_key_value_heads=8, vocab_size=32000, sliding_window=4096,
+                             max_position_embeddings=32768), 7.24e9, 0.01e9, "sliding, W=4096"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_families_read_from_their_config(tmp_path, name):
+    cfg, total, unit, attention = FAMILIES[name]
+    m = _read(tmp_path, cfg)
+    assert _close(m.num_params, total, unit) and m.attention_kind == attention
+    if name == "deepseek-v2-lite":  # no query LoRA: a plain query projection
+        assert m.mla.q_lora_rank == 0 and m.kv_bytes_per_token() == 27 * 576 * 2

@@ -52,7 +52,7 @@ IGNORED = {
     "forced_eos_token_id", "length_penalty", "max_length", "min_length", "no_repeat_ngram_size", "num_beam_groups",
     "num_beams", "num_return_sequences", "output_scores", "pruned_heads", "remove_invalid_values",
     "repetition_penalty", "return_dict_in_generate", "temperature", "tf_legacy_loss", "top_k", "top_p",
-    "typical_p", "initial_context_length",
+    "typical_p", "initial_context_length", "cache_implementation",
     # positional encoding and numerics within an operation
     "rope_scaling", "rope_parameters", "partial_rotary_factor", "rope_interleave", "rope_local_base_freq",
     "query_pre_attn_scalar", "final_logit_softcapping", "attn_logit_softcapping", "swiglu_limit",
