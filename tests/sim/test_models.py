@@ -324,3 +324,26 @@ def test_families_read_from_their_config(tmp_path, name):
     assert _close(m.num_params, total, unit) and m.attention_kind == attention
     if name == "deepseek-v2-lite":  # no query LoRA: a plain query projection
         assert m.mla.q_lora_rank == 0 and m.kv_bytes_per_token() == 27 * 576 * 2
+
+
+def test_fp4_weights_stream_their_bits_and_compute_where_the_gpu_can():
+    """NVFP4 weights: 4 bits and an fp8 scale per 16 (4.5 bits) to read; on Hopper the math runs
+    in bf16 (weight-only), on a GPU with fp4 tensor cores at its fp4 rate (gpu.peak_flops)."""
+    from sim.core.plan import StepShape
+    from sim.pricing import RooflineCost
+    from sim.scenario.specs import efficiency
+
+    m, h100 = get_model("llama-3.3-70b"), get_gpu("H100")
+    decode, prefill = StepShape(1, 1, 0, 0, 1, 100, 1), StepShape(8192, 1, 8192, 8192**2, 0, 0, 1)
+    bf16, fp4 = (RooflineCost(m, h100, weight_dtype=w, engine="vllm") for w in (None, "fp4"))
+    # (the activations it streams and the ridge's overlap add the last percent)
+    assert fp4.op_times(decode)["mlp"] == pytest.approx(bf16.op_times(decode)["mlp"] * 4.5 / 16, rel=0.015)
+    assert h100.peak_flops("fp4") == h100.bf16_flops  # no fp4 tensor cores: weight-only
+    assert efficiency.math_class(h100, "fp4") == "bf16"
+    assert fp4.op_times(prefill)["mlp"] == pytest.approx(bf16.op_times(prefill)["mlp"], rel=0.02)
+    b200 = get_gpu("B200")
+    fast = RooflineCost(m, b200, weight_dtype="fp4", engine="vllm").op_times(prefill)["mlp"]
+    slow = RooflineCost(m, b200, engine="vllm").op_times(prefill)["mlp"]
+    assert fast <= slow  # never slower than bf16 math
+    if b200.peak_flops("fp4") > b200.bf16_flops:  # fp4 tensor cores (GpuSpec.fp4_flops)
+        assert fast < slow
