@@ -61,7 +61,9 @@ SOURCE_SETUP: dict[str, dict] = {
                                     "hardware": {"memory_utilization": 0.9}},
     # trtllm-bench with --kv_cache_free_gpu_mem_fraction 0.95 ("in many cases", the pages say).
     "trtllm-0.17-perf-overview": {"hardware": {"memory_utilization": 0.95}},
+    "trtllm-0.17-perf-overview-moe": {"hardware": {"memory_utilization": 0.95}},
     "trtllm-1.0-perf-overview": {"hardware": {"memory_utilization": 0.95}},
+    "trtllm-1.0-perf-overview-moe": {"hardware": {"memory_utilization": 0.95}},
     # vLLM server flags printed in the README: --max_model_len 4096 (so 4096 tokens per step)
     # and --num-scheduler-steps 10 (multi-step scheduling).
     "sglang-0.3.0-vs-vllm-0.6.0-vllm": {"scheduler": {"max_batched_tokens": 4096, "num_scheduler_steps": 10}},
@@ -135,7 +137,7 @@ def load_cases(sources: list[str] | None = None) -> list[Case]:
 
 
 def _dtype(d: str) -> str:
-    return {"fp16": "fp16", "bf16": "bf16", "fp8": "fp8", "int8": "int8", "int4": "int4"}[d]
+    return {"fp16": "fp16", "bf16": "bf16", "fp8": "fp8", "int8": "int8", "int4": "int4", "fp4": "fp4"}[d]
 
 
 def _merge(a: dict, b: dict) -> dict:

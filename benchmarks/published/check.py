@@ -24,11 +24,13 @@ HERE = Path(__file__).resolve().parent
 CATALOG_MODELS = {  # servesim catalog name -> size class used in the coverage matrix
     "llama-2-7b": "dense-7-8B", "llama-3-8b": "dense-7-8B", "mistral-7b": "dense-7-8B",
     "qwen2.5-7b": "dense-7-8B", "llama-2-70b": "dense-70B", "llama-3-70b": "dense-70B",
-    "mixtral-8x7b": "moe",
+    "mixtral-8x7b": "moe", "mixtral-8x22b": "moe", "llama-4-scout": "moe", "llama-4-maverick": "moe",
+    "qwen3-30b-a3b": "moe", "qwen3-235b-a22b": "moe", "qwen3-235b-a22b-fp8": "moe", "deepseek-v3": "moe",
+    "deepseek-r1": "moe", "gpt-oss-120b": "moe", "gpt-oss-20b": "moe",
 }
 CATALOG_GPUS = {"A100-40GB", "A100-80GB", "H100-SXM", "H200", "L40S", "B200"}
 ENGINES = {"tensorrt-llm", "vllm", "sglang", "nim", "tgi", "lmdeploy", "deepspeed-mii", "other"}
-DTYPES = {"bf16", "fp16", "fp8", "int8", "int4"}
+DTYPES = {"bf16", "fp16", "fp8", "int8", "int4", "fp4"}
 KINDS = {"static", "concurrency", "rate", "single"}
 FAMILY = {
     "ttft_mean_s": "ttft", "ttft_median_s": "ttft", "ttft_p99_s": "ttft",
