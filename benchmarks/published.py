@@ -98,7 +98,7 @@ class Case:
     num_gpus: int
     tp: int
     pp: int
-    weights: str
+    weights: str | None
     kv_cache: str
     workload: dict
     table: str = ""
@@ -136,8 +136,11 @@ def load_cases(sources: list[str] | None = None) -> list[Case]:
     return cases
 
 
-def _dtype(d: str) -> str:
-    return {"fp16": "fp16", "bf16": "bf16", "fp8": "fp8", "int8": "int8", "int4": "int4", "fp4": "fp4"}[d]
+def _dtype(d: str) -> str | None:
+    """A case's dtype as the scenario takes it; ``checkpoint`` (weights only): the model's own
+    per-group dtypes from its quantization_config (gpt-oss: MXFP4 experts, bf16 attention)."""
+    return {"fp16": "fp16", "bf16": "bf16", "fp8": "fp8", "int8": "int8", "int4": "int4", "fp4": "fp4",
+            "checkpoint": None}[d]
 
 
 def _merge(a: dict, b: dict) -> dict:
