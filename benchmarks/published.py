@@ -67,6 +67,8 @@ SOURCE_SETUP: dict[str, dict] = {
     # vLLM server flags printed in the README: --max_model_len 4096 (so 4096 tokens per step)
     # and --num-scheduler-steps 10 (multi-step scheduling).
     "sglang-0.3.0-vs-vllm-0.6.0-vllm": {"scheduler": {"max_batched_tokens": 4096, "num_scheduler_steps": 10}},
+    # InferenceX dsr1-fp4-b200-sglang: 'TP=8 EP=8' (experts split over the TP group).
+    "inferencex-870-dsr1-fp4-b200-sglang": {"hardware": {"expert_parallel": True}},
 }
 # MLPerf v4.1 NVIDIA configs: max batch per replica (Server, Offline) for H100 TP2 and H200 TP1.
 MLPERF_BATCH = {("H100-SXM", "server"): 1024, ("H100-SXM", "offline"): 896,
