@@ -25,8 +25,8 @@ CATALOG_MODELS = {  # servesim catalog name -> size class used in the coverage m
     "llama-2-7b": "dense-7-8B", "llama-3-8b": "dense-7-8B", "mistral-7b": "dense-7-8B",
     "qwen2.5-7b": "dense-7-8B", "llama-2-70b": "dense-70B", "llama-3-70b": "dense-70B",
     "mixtral-8x7b": "moe", "mixtral-8x22b": "moe", "llama-4-scout": "moe", "llama-4-maverick": "moe",
-    "qwen3-30b-a3b": "moe", "qwen3-235b-a22b": "moe", "qwen3-235b-a22b-fp8": "moe", "deepseek-v3": "moe",
-    "deepseek-r1": "moe", "gpt-oss-120b": "moe", "gpt-oss-20b": "moe",
+    "qwen3-30b-a3b": "moe", "qwen3-235b-a22b": "moe", "qwen3-235b-a22b-fp8": "moe", "deepseek-v3": "mla-moe",
+    "deepseek-r1": "mla-moe", "gpt-oss-120b": "moe", "gpt-oss-20b": "moe",
 }
 CATALOG_GPUS = {"A100-40GB", "A100-80GB", "H100-SXM", "H200", "L40S", "B200"}
 ENGINES = {"tensorrt-llm", "vllm", "sglang", "nim", "tgi", "lmdeploy", "deepspeed-mii", "other"}
