@@ -61,10 +61,14 @@ SOURCE_SETUP: dict[str, dict] = {
                                     "hardware": {"memory_utilization": 0.9}},
     # trtllm-bench with --kv_cache_free_gpu_mem_fraction 0.95 ("in many cases", the pages say).
     "trtllm-0.17-perf-overview": {"hardware": {"memory_utilization": 0.95}},
+    "trtllm-0.17-perf-overview-moe": {"hardware": {"memory_utilization": 0.95}},
     "trtllm-1.0-perf-overview": {"hardware": {"memory_utilization": 0.95}},
+    "trtllm-1.0-perf-overview-moe": {"hardware": {"memory_utilization": 0.95}},
     # vLLM server flags printed in the README: --max_model_len 4096 (so 4096 tokens per step)
     # and --num-scheduler-steps 10 (multi-step scheduling).
     "sglang-0.3.0-vs-vllm-0.6.0-vllm": {"scheduler": {"max_batched_tokens": 4096, "num_scheduler_steps": 10}},
+    # InferenceX dsr1-fp4-b200-sglang: 'TP=8 EP=8' (experts split over the TP group).
+    "inferencex-870-dsr1-fp4-b200-sglang": {"hardware": {"expert_parallel": True}},
 }
 # MLPerf v4.1 NVIDIA configs: max batch per replica (Server, Offline) for H100 TP2 and H200 TP1.
 MLPERF_BATCH = {("H100-SXM", "server"): 1024, ("H100-SXM", "offline"): 896,
@@ -96,7 +100,7 @@ class Case:
     num_gpus: int
     tp: int
     pp: int
-    weights: str
+    weights: str | None
     kv_cache: str
     workload: dict
     table: str = ""
@@ -134,8 +138,11 @@ def load_cases(sources: list[str] | None = None) -> list[Case]:
     return cases
 
 
-def _dtype(d: str) -> str:
-    return {"fp16": "fp16", "bf16": "bf16", "fp8": "fp8", "int8": "int8", "int4": "int4"}[d]
+def _dtype(d: str) -> str | None:
+    """A case's dtype as the scenario takes it; ``checkpoint`` (weights only): the model's own
+    per-group dtypes from its quantization_config (gpt-oss: MXFP4 experts, bf16 attention)."""
+    return {"fp16": "fp16", "bf16": "bf16", "fp8": "fp8", "int8": "int8", "int4": "int4", "fp4": "fp4",
+            "checkpoint": None}[d]
 
 
 def _merge(a: dict, b: dict) -> dict:

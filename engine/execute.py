@@ -58,6 +58,9 @@ def check_executable(s: Scenario, source: str) -> None:
                                 "preemption, no prefix caching, speculation or quantization")
     if s.model_spec.is_moe:
         raise ScenarioError(source, "model", "the engine has no mixture-of-experts layers")
+    if not s.model_spec.is_plain:
+        raise ScenarioError(source, "model", f"the engine runs Llama-style layers only; {s.model_spec.name} has "
+                            f"{s.model_spec.attention_kind} attention")
 
 
 def prepare(scenario: Scenario, setup: EngineSetup, source: str = "<scenario>"

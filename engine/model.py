@@ -109,6 +109,8 @@ class LlamaModel(nn.Module):
         super().__init__()
         if spec.is_moe:
             raise NotImplementedError(f"{spec.name}: mixture-of-experts MLPs are not supported")
+        if not spec.is_plain:
+            raise NotImplementedError(f"{spec.name}: only Llama-style layers are supported ({spec.attention_kind})")
         self.spec = spec
         self.dtype = torch_dtype(dtype or spec.dtype)
         self.device = torch.device(device)

@@ -24,11 +24,14 @@ HERE = Path(__file__).resolve().parent
 CATALOG_MODELS = {  # servesim catalog name -> size class used in the coverage matrix
     "llama-2-7b": "dense-7-8B", "llama-3-8b": "dense-7-8B", "mistral-7b": "dense-7-8B",
     "qwen2.5-7b": "dense-7-8B", "llama-2-70b": "dense-70B", "llama-3-70b": "dense-70B",
-    "mixtral-8x7b": "moe",
+    "mixtral-8x7b": "moe", "mixtral-8x22b": "moe", "llama-4-scout": "moe", "llama-4-maverick": "moe",
+    "qwen3-30b-a3b": "moe", "qwen3-235b-a22b": "moe", "qwen3-235b-a22b-fp8": "moe", "deepseek-v3": "mla-moe",
+    "deepseek-r1": "mla-moe", "gpt-oss-120b": "moe", "gpt-oss-20b": "moe",
 }
 CATALOG_GPUS = {"A100-40GB", "A100-80GB", "H100-SXM", "H200", "L40S", "B200"}
 ENGINES = {"tensorrt-llm", "vllm", "sglang", "nim", "tgi", "lmdeploy", "deepspeed-mii", "other"}
-DTYPES = {"bf16", "fp16", "fp8", "int8", "int4"}
+DTYPES = {"bf16", "fp16", "fp8", "int8", "int4", "fp4"}
+WEIGHT_DTYPES = DTYPES | {"checkpoint"}  # checkpoint: the model's own per-group dtypes (quantization_config)
 KINDS = {"static", "concurrency", "rate", "single"}
 FAMILY = {
     "ttft_mean_s": "ttft", "ttft_median_s": "ttft", "ttft_p99_s": "ttft",
@@ -142,9 +145,9 @@ def check(problems: list[str]) -> tuple[list[dict], list[dict]]:
             sizes = all(isinstance(c.get(k), int) and c[k] >= 1 for k in ("num_gpus", "tp", "pp"))
             if sizes and c["num_gpus"] % (c["tp"] * c["pp"]):
                 problems.append(f"{w}: num_gpus is not a multiple of tp*pp")
-            for key in ("weights", "kv_cache"):
-                if c.get(key) not in DTYPES:
-                    problems.append(f"{w}: {key} {c.get(key)!r} not in {sorted(DTYPES)}")
+            for key, allowed in (("weights", WEIGHT_DTYPES), ("kv_cache", DTYPES)):
+                if c.get(key) not in allowed:
+                    problems.append(f"{w}: {key} {c.get(key)!r} not in {sorted(allowed)}")
             if c.get("metric") not in FAMILY:
                 problems.append(f"{w}: metric {c.get('metric')!r} not allowed")
             v = c.get("value")

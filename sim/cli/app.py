@@ -47,6 +47,7 @@ def cmd_run(args) -> int:
             result = simulate(scenario, progress=cb, workload=workload)
     else:
         result = simulate(scenario, workload=workload)
+    result.warnings[:0] = [w for w in scenario.model_notes if w not in result.warnings]  # what the model leaves out
     return finish_run(result, args.out, args.format, "simulated", workload, args.plotlyjs)
 
 
@@ -55,10 +56,14 @@ def catalog_records(what: str) -> list[dict]:
     from sim.scenario.specs import GPU_CATALOG, MODEL_CATALOG
 
     if what == "models":
-        return [{"name": m.name, "params_b": round(m.num_params / 1e9, 3), "layers": m.num_layers,
+        return [{"name": m.name, "params_b": round(m.num_params / 1e9, 3),
+                 "active_params_b": round(m.active_params / 1e9, 3), "attention": m.attention_kind,
+                 "kv_bytes_per_token": round(m.kv_bytes_per_token()), "layers": m.num_layers,
                  "hidden": m.hidden_size, "heads": m.num_heads, "kv_heads": m.num_kv_heads,
                  "ffn": m.intermediate_size, "vocab": m.vocab_size, "max_len": m.max_model_len, "dtype": m.dtype,
-                 "experts": m.num_experts, "experts_per_token": m.experts_per_token}
+                 "weights": ",".join(f"{g}:{d}" for g, d in m.weight_dtypes) or m.dtype,
+                 "experts": m.num_experts, "experts_per_token": m.experts_per_token,
+                 "state_bytes_per_request": round(m.state_bytes_per_request()), "mtp_layers": m.mtp_layers}
                 for m in MODEL_CATALOG.values()]
     from sim.scenario.specs import efficiency
 
@@ -82,10 +87,12 @@ def catalog_records(what: str) -> list[dict]:
 def catalog_table(what: str, records: list[dict]) -> tuple[list[str], list[list[str]]]:
     """Headings and text rows for the terminal."""
     if what == "models":
-        head = ["name", "params", "layers", "hidden", "heads", "kv heads", "ffn", "vocab", "max len", "dtype",
-                "experts"]
-        rows = [[r["name"], f"{r['params_b']:.2f}B", *(str(r[k]) for k in ("layers", "hidden", "heads", "kv_heads",
-                                                                          "ffn", "vocab", "max_len")), r["dtype"],
+        head = ["name", "params", "active", "attention", "KV B/token", "layers", "hidden", "heads", "kv heads",
+                "vocab", "max len", "weights", "experts"]
+        rows = [[r["name"], f"{r['params_b']:.2f}B", f"{r['active_params_b']:.2f}B", r["attention"],
+                 f"{r['kv_bytes_per_token']:,}" + (f" + {r['state_bytes_per_request'] / 2**20:.1f} MiB/req"
+                                                   if r["state_bytes_per_request"] else ""),
+                 *(str(r[k]) for k in ("layers", "hidden", "heads", "kv_heads", "vocab", "max_len")), r["weights"],
                  f"{r['experts']} (top {r['experts_per_token']})" if r["experts"] > 1 else "-"] for r in records]
     else:
         head = ["name", "memory GiB", "bf16", "fp8", "fp4", "int8", "HBM GB/s", "link", "GB/s", "domain",

@@ -21,7 +21,7 @@ from sim.pricing.profiled import (
     points_of,
     profile_time,
 )
-from sim.pricing.roofline import NUM_OPS, ROW_SIZE, roofline_time
+from sim.pricing.roofline import NUM_OPS, ROW_SIZE, floor_time, roofline_time
 
 ROOFLINE = 0
 
@@ -66,6 +66,7 @@ def price(c, e, s):
     else:
         t, flags = profile_time(c.mode[e], c.overhead[e], c.tab[e], c.tab_n[e], c.fit[e], c.fit_x[e], c.fit_n[e],
                                 c.params[e], c.draft[e], s)
+        t = max(t, floor_time(c.params[e], s))  # a fit extrapolated past physics stops at the floor
     if c.scale[e] != 1.0:
         t = t * c.scale[e]
     return t, flags

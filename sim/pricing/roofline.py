@@ -29,7 +29,9 @@ from sim.core.plan import (
 )
 from sim.scenario.engines import DEFAULT_ENGINE, EngineCost, engine_cost
 from sim.scenario.specs import GpuSpec, ModelSpec, efficiency
-from sim.scenario.specs.models import DTYPE_BYTES
+from sim.scenario.specs.drafts import draft_spec
+from sim.scenario.specs.layers import KV_CACHED, STATEFUL, WINDOWED
+from sim.scenario.specs.models import DTYPE_BYTES, WEIGHT_GROUPS, math_dtype
 
 NO_OVERHEAD = EngineCost()
 BUS_FRACTION = 0.8  # an all-reduce's bus bandwidth as a share of the link's (nccl-tests busbw on NVLink)
@@ -37,12 +39,18 @@ BUS_FRACTION = 0.8  # an all-reduce's bus bandwidth as a share of the link's (nc
 # The parameter row (float64). A GEMM op of x tokens computes for c = F·x (at the plateau efficiency)
 # and streams its weights and activations for m = B0 + B1·x; it takes (c^k + m^k)^(1/k): loads and
 # math overlap imperfectly near the ridge, where it loses a factor 2^(1/k) = 1 + overlap, and the
-# loss fades away from it (OVERLAP holds k; 0: max(c, m)). See efficiency.GemmCurve.
+# loss fades away from it (OVERLAP holds k; 0: max(c, m)). See efficiency.GemmCurve. Coefficients
+# are sums over the model's layer groups (sim/scenario/specs/layers.py); SW_* are those of the
+# sliding-window (and chunked) layers, which attend to at most WINDOW keys per query; STATE_* those
+# of linear-attention / SSM layers (a fixed state per request); FL_* the physical floor's bytes and
+# FLOPs in seconds at the GPU's datasheet peaks (see _floor).
 (OVERHEAD, QKV_F, QKV_B0, QKV_B1, O_F, O_B0, O_B1, MLP_F, MLP_B0, MLP_B1, PRE_F, PRE_B, DEC_F, DEC_B, REST,
  LM_F, LM_B, TP, LAYERS, HIDDEN, ABYTES, LINK, COLL_LATENCY, IS_MOE, EXPERTS, TOPK, EXPERT_PARAMS, WBYTES,
  FLOPS, BANDWIDTH, EXPERT_PARALLEL, KV_TOKEN_GPU, HOST_BW, OVERLAP, LM_OVERLAP, ROW_OVERHEAD, LAYER_FIXED,
- DEC_ROW, EAGER_FIXED, MEMO_N) = range(40)
-NUM_PARAMS = 40
+ DEC_ROW, EAGER_FIXED, MOE_LAYERS, ALLREDUCES, ATTN_LAYERS, SW_PRE_F, SW_PRE_B, SW_DEC_F, SW_DEC_B, WINDOW,
+ STATE_TOKEN_F, STATE_SEQ_B, FL_WEIGHTS, FL_EXPERT, FL_LM_B, FL_LM_F, FL_TOKEN_F, FL_CTX_B, FL_CTX_F,
+ FL_SW_CTX_B, FL_SW_CTX_F, FL_PAIR_F, FL_SW_PAIR_F, FL_STATE_B, FL_STATE_F, FL_KV_WRITE, MEMO_N) = range(64)
+NUM_PARAMS = 64
 # Decode steps repeat a few token counts millions of times, and each GEMM's smooth maximum costs
 # two pow calls. The row ends with a memo: for 0 to MEMO_N - 1 tokens, the seconds of the
 # operations that depend on the token count alone (OP_QKV to OP_MOE_ROUTER, then the LM head for
@@ -61,6 +69,18 @@ OP_NAMES = ("qkv_proj", "o_proj", "mlp", "moe_mlp", "moe_router", "attn_prefill"
             "allreduce", "all_to_all", "swap", "draft", "layer_fixed", "attn_decode")
 
 
+class _Rates:
+    """A replica's achievable and peak rates per weight dtype."""
+
+    def __init__(self, gpu: GpuSpec, compute_efficiency: float | None, memory_efficiency: float | None):
+        self.gpu, self.ce = gpu, compute_efficiency
+        self.bw = gpu.hbm_bandwidth * (memory_efficiency or efficiency.hbm_fraction(gpu))
+
+    def flops(self, dtype: str) -> float:
+        md = math_dtype(dtype)
+        return self.gpu.peak_flops(md) * (self.ce or efficiency.gemm_curve(self.gpu, md).peak_fraction)
+
+
 def roofline_params(model: ModelSpec, gpu: GpuSpec, *, tp: int = 1, pp: int = 1,
                     compute_efficiency: float | None = None, memory_efficiency: float | None = None,
                     engine: EngineCost = NO_OVERHEAD, weight_dtype: str | None = None,
@@ -69,53 +89,137 @@ def roofline_params(model: ModelSpec, gpu: GpuSpec, *, tp: int = 1, pp: int = 1,
     the GPU's efficiencies (``compute_efficiency``/``memory_efficiency`` replace the plateau of
     its GEMM curve and its HBM share) and the engine's overheads."""
     p = np.zeros(ROW_SIZE)
-    wdtype, kvdtype = weight_dtype or model.dtype, kv_dtype or model.dtype
-    gemm, head = efficiency.gemm_curve(gpu, wdtype), efficiency.gemm_curve(gpu, model.dtype)
+    kvdtype = kv_dtype or model.dtype
+    wdtype = model.dtype_of("attention", weight_dtype)
+    gemm, head = efficiency.gemm_curve(gpu, math_dtype(wdtype)), efficiency.gemm_curve(gpu, model.dtype)
     attn = efficiency.attention(gpu)
-    flops = gpu.peak_flops(wdtype) * (compute_efficiency or gemm.peak_fraction)
+    rates = _Rates(gpu, compute_efficiency, memory_efficiency)
     head_flops = gpu.peak_flops(model.dtype) * (compute_efficiency or head.peak_fraction)
     attn_flops = gpu.peak_flops(kvdtype) * attn["prefill_fraction"]  # attention math in the KV dtype
-    bw = gpu.hbm_bandwidth * (memory_efficiency or efficiency.hbm_fraction(gpu))
-    wbytes = DTYPE_BYTES[wdtype]
+    bw = rates.bw
     abytes = DTYPE_BYTES[model.dtype]
-    kv_token_layer = 2 * model.kv_size * DTYPE_BYTES[kvdtype] / min(tp, model.num_kv_heads)
     L, h, m = model.num_layers, model.hidden_size, model
     act_b = 2 * h * abytes / bw  # read + write the hidden state, per token
 
-    def linear(params):
-        return L * 2 * params / tp / flops, L * params * wbytes / tp / bw, L * act_b
+    def linear(count, params, group):
+        d = m.dtype_of(group, weight_dtype)
+        return count * 2 * params / tp / rates.flops(d), count * params * DTYPE_BYTES[d] / tp / bw, count * act_b
+
+    def add(first, values):
+        for i, v in enumerate(values):
+            p[first + i] += v
 
     p[OVERHEAD], p[ROW_OVERHEAD] = engine.step_overhead_s, engine.row_overhead_s
     p[LAYER_FIXED], p[EAGER_FIXED] = L * engine.layer_latency_s, L * engine.eager_layer_latency_s
     p[OVERLAP], p[LM_OVERLAP] = gemm.exponent, head.exponent
-    p[QKV_F:QKV_B1 + 1] = linear(h * (m.q_size + 2 * m.kv_size))
-    p[O_F:O_B1 + 1] = linear(m.q_size * h)
-    if not m.is_moe:
-        p[MLP_F:MLP_B1 + 1] = linear(3 * h * m.intermediate_size)
-    q = m.q_size / tp
-    p[PRE_F], p[PRE_B] = L * 4 * q / attn_flops, L * (kv_token_layer + 2 * q * abytes) / bw
-    group = m.num_heads / m.num_kv_heads  # query heads per KV head (GQA ratio)
-    reread = 1.0 + engine.decode_gqa_reread * (group - 1.0)  # KV reads per KV head and step
-    p[DEC_F], p[DEC_B] = L * 4 * q / attn_flops, L * kv_token_layer * reread / bw
-    p[DEC_ROW] = L * attn["decode_row_s"]
+    moe_layers = 0
+    for g in m.groups:
+        lp = m.layer_params(g.attention, g.mlp)
+        add(QKV_F, linear(g.count, lp["qkv"], "attention"))
+        add(O_F, linear(g.count, lp["o"], "attention"))
+        if lp["mlp"]:
+            add(MLP_F, linear(g.count, lp["mlp"], "mlp"))
+        if g.mlp == "moe":
+            moe_layers += g.count
+        _attention_coefficients(p, m, g, tp, kvdtype, abytes, attn_flops, bw, engine, attn["decode_row_s"])
     p[REST] = L * 4 * act_b  # norms, rope, residual adds, KV writes: memory-bound
     p[LM_F], p[LM_B] = 2 * h * m.vocab_size / tp / head_flops, m.vocab_size * h * abytes / tp / bw
     p[TP], p[LAYERS], p[HIDDEN], p[ABYTES] = tp, L, h, abytes
     p[LINK] = efficiency.collective_bandwidth(gpu, tp) * BUS_FRACTION
     p[COLL_LATENCY] = efficiency.collective_latency(gpu, tp) * engine.allreduce_latency_scale
     p[IS_MOE] = float(m.is_moe)
-    p[EXPERTS], p[TOPK], p[EXPERT_PARAMS] = m.num_experts, m.experts_per_token, 3 * h * m.intermediate_size
-    p[WBYTES], p[FLOPS], p[BANDWIDTH] = wbytes, flops, bw
+    xdtype = m.dtype_of("experts", weight_dtype)
+    p[EXPERTS], p[TOPK], p[EXPERT_PARAMS] = m.num_experts, m.experts_per_token, m.mlp_matrices * h * m.expert_size
+    p[WBYTES], p[FLOPS], p[BANDWIDTH] = DTYPE_BYTES[xdtype], rates.flops(xdtype), bw
     p[EXPERT_PARALLEL] = float(expert_parallel and m.is_moe)
-    p[KV_TOKEN_GPU] = kv_token_layer * L / pp
+    p[KV_TOKEN_GPU] /= pp
     p[HOST_BW] = gpu.host_bandwidth
+    p[MOE_LAYERS] = moe_layers
+    p[ATTN_LAYERS] = sum(g.count for g in m.groups if g.attention != "none")
+    p[ALLREDUCES] = (2.0 * L if m.is_plain else
+                     float(p[ATTN_LAYERS] + sum(g.count for g in m.groups if g.mlp != "none")))
+    p[WINDOW] = m.sliding_window
+    _floor_params(p, m, gpu, tp, weight_dtype, kvdtype)
     _memoize(p)
     return p
+
+
+def _attention_coefficients(p, m: ModelSpec, g, tp, kvdtype, abytes, attn_flops, bw, engine, row_s) -> None:
+    """Add one layer group's attention (or state) coefficients to the row."""
+    c, kvb = g.count, DTYPE_BYTES[kvdtype]
+    if g.attention in STATEFUL:
+        mixer = m.linear_attention if g.attention == "linear" else m.mamba
+        p[STATE_TOKEN_F] += c * mixer.flops_per_token / tp / attn_flops
+        p[STATE_SEQ_B] += c * 2 * mixer.state_elements * abytes / tp / bw  # read and write the state
+        return
+    if g.attention not in KV_CACHED:
+        return
+    if g.attention == "mla":
+        heads = m.num_heads / tp
+        kv_token_layer = m.mla.latent * kvb  # the latent is whole on every rank
+        q = heads * (m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim)
+        pre_f = c * m.mla.prefill_flops_per_pair(heads) / attn_flops
+        dec_f = c * m.mla.decode_flops_per_token(heads) / attn_flops
+        reread = 1.0  # one latent head, read once for all query heads
+    else:
+        kv_token_layer = m.kv_elements_per_layer(g.attention) * kvb / m.kv_shards(g.attention, tp)
+        q = m.q_size / tp
+        pre_f = dec_f = c * 4 * q / attn_flops
+        group = m.num_heads / m.num_kv_heads  # query heads per KV head (GQA ratio)
+        reread = 1.0 + engine.decode_gqa_reread * (group - 1.0)  # KV reads per KV head and step
+    windowed = g.attention in WINDOWED
+    p[SW_PRE_F if windowed else PRE_F] += pre_f
+    p[SW_PRE_B if windowed else PRE_B] += c * (kv_token_layer + 2 * q * abytes) / bw
+    p[SW_DEC_F if windowed else DEC_F] += dec_f
+    p[SW_DEC_B if windowed else DEC_B] += c * kv_token_layer * reread / bw
+    p[DEC_ROW] += c * row_s
+    p[KV_TOKEN_GPU] += kv_token_layer * c
+
+
+def _floor_params(p, m: ModelSpec, gpu: GpuSpec, tp: int, weight_dtype, kvdtype) -> None:
+    """The physical floor's coefficients: bytes at the datasheet's HBM bandwidth, FLOPs at the
+    fastest tensor-core rate any of the step's dtypes has (a bound no kernel beats)."""
+    bw = gpu.hbm_bandwidth
+    dtypes = {math_dtype(m.dtype_of(g, weight_dtype)) for g in WEIGHT_GROUPS} | {m.dtype, kvdtype}
+    peak = max(gpu.peak_flops(d) for d in dtypes)
+    gp = m.group_params()
+    weights = sum(gp[g] * DTYPE_BYTES[m.dtype_of(g, weight_dtype)] for g in ("attention", "mlp"))
+    weights += (gp["other"] - m.hidden_size) * DTYPE_BYTES[m.dtype]  # norms and routers
+    p[FL_WEIGHTS] = weights / tp / bw
+    xbytes = DTYPE_BYTES[m.dtype_of("experts", weight_dtype)]
+    p[FL_EXPERT] = p[MOE_LAYERS] * p[EXPERT_PARAMS] * xbytes / tp / bw
+    lm = m.vocab_size * m.hidden_size
+    p[FL_LM_B], p[FL_LM_F] = lm * DTYPE_BYTES[m.dtype] / tp / bw, 2 * lm / tp / peak
+    active_linear = gp["attention"] + gp["mlp"] + p[MOE_LAYERS] * m.experts_per_token * p[EXPERT_PARAMS]
+    p[FL_TOKEN_F] = 2 * active_linear / tp / peak
+    kvb = DTYPE_BYTES[kvdtype]
+    for g in m.groups:
+        if g.attention in KV_CACHED:
+            per_token = g.count * m.kv_elements_per_layer(g.attention) * kvb / m.kv_shards(g.attention, tp)
+            if g.attention == "mla":
+                heads = m.num_heads / tp
+                ctx_f, pair_f = m.mla.decode_flops_per_token(heads), m.mla.prefill_flops_per_pair(heads)
+            else:
+                ctx_f = pair_f = 4 * m.q_size / tp
+            w = g.attention in WINDOWED
+            p[FL_SW_CTX_B if w else FL_CTX_B] += per_token / bw
+            p[FL_SW_CTX_F if w else FL_CTX_F] += g.count * ctx_f / peak
+            p[FL_SW_PAIR_F if w else FL_PAIR_F] += g.count * pair_f / peak
+            p[FL_KV_WRITE] += per_token / bw
+        elif g.attention in STATEFUL:
+            mixer = m.linear_attention if g.attention == "linear" else m.mamba
+            p[FL_STATE_B] += g.count * 2 * mixer.state_elements * DTYPE_BYTES[m.dtype] / tp / bw
+            p[FL_STATE_F] += g.count * mixer.flops_per_token / tp / peak
 
 
 @leaf
 def _max(a, b):
     return a if a >= b else b
+
+
+@leaf
+def _min(a, b):
+    return a if a <= b else b
 
 
 @leaf
@@ -153,7 +257,7 @@ def _token_ops(p, tokens, out):
         out[OP_O] = _gemm(p[O_F] * tokens, p[O_B0] + p[O_B1] * tokens, w)
         out[OP_MLP] = _gemm(p[MLP_F] * tokens, p[MLP_B0] + p[MLP_B1] * tokens, w)
     if p[IS_MOE] != 0.0:
-        L, tp = p[LAYERS], p[TP]
+        L, tp = p[MOE_LAYERS], p[TP]
         h, k, e, expert = p[HIDDEN], p[TOPK], p[EXPERTS], p[EXPERT_PARAMS]
         act = tokens * h * p[ABYTES]
         touched = e * (1.0 - (1.0 - k / e) ** _max(tokens, 1.0))  # distinct experts read
@@ -200,17 +304,28 @@ def _model_ops(p, s, out):
             out[OP_QKV + j] = p[i + j]
     else:
         _token_ops(p, tokens, out)
-    L, tp = p[LAYERS], p[TP]
+    tp = p[TP]
     prefill = s[PREFILL_TOKENS]
     if prefill > 0.0:  # causal: a row of q new tokens on c cached ones attends q·c + q²/2 pairs
         rows = _max(s[NUM_SEQS] - s[DECODE_SEQS], 1.0)
         pairs = _max(s[PREFILL_ATTN] - 0.5 * prefill * prefill / rows, 0.5 * s[PREFILL_ATTN])
         out[OP_ATTN_PREFILL] = _max(p[PRE_F] * pairs, p[PRE_B] * prefill)
+        if p[WINDOW] > 0.0:  # a windowed layer's query sees at most WINDOW keys
+            sw = _min(pairs, prefill * p[WINDOW])
+            out[OP_ATTN_PREFILL] += _max(p[SW_PRE_F] * sw, p[SW_PRE_B] * prefill)
+        if p[STATE_TOKEN_F] != 0.0:
+            out[OP_ATTN_PREFILL] += _max(p[STATE_TOKEN_F] * prefill, p[STATE_SEQ_B] * rows)
     verify = s[VERIFY_TOKENS]
-    f = p[DEC_F]
+    f, sw_f = p[DEC_F], p[SW_DEC_F]
     if verify != 0.0:  # speculative decodes attend with 1 + k queries each
-        f = f * (1.0 + verify / _max(s[DECODE_SEQS], 1.0))
+        queries = 1.0 + verify / _max(s[DECODE_SEQS], 1.0)
+        f, sw_f = f * queries, sw_f * queries
     out[OP_ATTN_DECODE] = _max(f * s[DECODE_CONTEXT], p[DEC_B] * s[DECODE_CONTEXT]) + p[DEC_ROW] * s[DECODE_SEQS]
+    if p[WINDOW] > 0.0:  # each decode row reads at most WINDOW tokens of a windowed layer
+        ctx = _min(s[DECODE_CONTEXT], s[DECODE_SEQS] * p[WINDOW])
+        out[OP_ATTN_DECODE] += _max(sw_f * ctx, p[SW_DEC_B] * ctx)
+    if p[STATE_SEQ_B] != 0.0:  # each decode row reads and writes its state once per layer
+        out[OP_ATTN_DECODE] += _max(p[STATE_TOKEN_F] * (s[DECODE_SEQS] + verify), p[STATE_SEQ_B] * s[DECODE_SEQS])
     out[OP_NORMS] = p[REST] * tokens
     rows = s[NUM_SAMPLED] + verify
     if rows > 0.0:  # weights read if any row samples
@@ -219,10 +334,10 @@ def _model_ops(p, s, out):
     if tp > 1.0:
         act = tokens * p[HIDDEN] * p[ABYTES]
         if p[EXPERT_PARALLEL] != 0.0:  # attention all-reduce, then dispatch + combine all-to-all
-            out[OP_ALLREDUCE] = L * _collective(p, act, 2.0 * (tp - 1.0) / tp)
-            out[OP_ALL_TO_ALL] = 2.0 * L * _collective(p, act * p[TOPK], (tp - 1.0) / tp)
+            out[OP_ALLREDUCE] = p[ATTN_LAYERS] * _collective(p, act, 2.0 * (tp - 1.0) / tp)
+            out[OP_ALL_TO_ALL] = 2.0 * p[MOE_LAYERS] * _collective(p, act * p[TOPK], (tp - 1.0) / tp)
         else:
-            out[OP_ALLREDUCE] = 2.0 * L * _collective(p, act, 2.0 * (tp - 1.0) / tp)
+            out[OP_ALLREDUCE] = p[ALLREDUCES] * _collective(p, act, 2.0 * (tp - 1.0) / tp)
     if s[SWAP_TOKENS] != 0.0:
         out[OP_SWAP] = s[SWAP_TOKENS] * p[KV_TOKEN_GPU] / p[HOST_BW]
     if tokens > 0.0:  # steps with prefill rows run eagerly (no CUDA graph): each kernel is launched
@@ -230,11 +345,37 @@ def _model_ops(p, s, out):
 
 
 @leaf
+def floor_time(p, s):
+    """The physical floor of a step: max(bytes it must move / peak HBM bandwidth, FLOPs / peak
+    tensor-core rate) on one GPU of the replica. Bytes: the non-expert weights, the distinct
+    experts its tokens route to (at least top-k per MoE layer), the LM head if a row samples, the
+    KV it reads (a windowed layer at most its window per row) and writes, the SSM states; FLOPs:
+    every token through its active weights, the LM head's rows, attention's pairs."""
+    tokens = s[NUM_TOKENS]
+    if tokens <= 0.0:
+        return 0.0
+    k, e = p[TOPK], p[EXPERTS]
+    touched = e * (1.0 - (1.0 - k / e) ** tokens) if p[IS_MOE] != 0.0 else 0.0
+    touched = _max(_min(touched, e), _min(k, e) if p[IS_MOE] != 0.0 else 0.0)
+    rows = s[NUM_SAMPLED] + s[VERIFY_TOKENS]
+    ctx, seqs = s[DECODE_CONTEXT], s[DECODE_SEQS]
+    sw_ctx = _min(ctx, seqs * p[WINDOW])
+    prefill = s[PREFILL_TOKENS]
+    pairs = s[PREFILL_ATTN] * 0.5  # at least half of q·c is causal work
+    sw_pairs = _min(pairs, prefill * p[WINDOW])
+    nbytes = (p[FL_WEIGHTS] + touched * p[FL_EXPERT] + (p[FL_LM_B] if rows > 0.0 else 0.0)
+              + p[FL_CTX_B] * ctx + p[FL_SW_CTX_B] * sw_ctx + p[FL_KV_WRITE] * tokens + p[FL_STATE_B] * seqs)
+    flops = (p[FL_TOKEN_F] * tokens + p[FL_LM_F] * rows + p[FL_CTX_F] * ctx + p[FL_SW_CTX_F] * sw_ctx
+             + p[FL_PAIR_F] * pairs + p[FL_SW_PAIR_F] * sw_pairs + p[FL_STATE_F] * tokens)
+    return _max(nbytes, flops)
+
+
+@leaf
 def roofline_time(p, draft, s, ops):
     """A step's seconds: the engine's CPU overhead (per step and per running request) plus every
     operation (``ops``: room for them, so that pricing a step allocates nothing)."""
     roofline_ops(p, draft, s, ops)
-    return p[OVERHEAD] + p[ROW_OVERHEAD] * s[NUM_SEQS] + _sum(ops)
+    return p[OVERHEAD] + p[ROW_OVERHEAD] * s[NUM_SEQS] + _max(_sum(ops), floor_time(p, s))
 
 
 @leaf
@@ -336,16 +477,16 @@ def engine_of(scenario) -> EngineCost:
 
 def roofline_for(scenario, replica=None) -> RooflineCost:
     """The roofline of one replica of ``scenario`` (the first one by default)."""
-    from sim.scenario.specs import get_model
-
     c = scenario.cost
     r = replica or scenario.replica_specs[0]
     hw, q = r.hardware, scenario.quantization
     draft = None
     spec = r.scheduler.speculative
-    if spec is not None:
-        draft = RooflineCost(get_model(spec.draft_model), r.gpu, tp=hw.tp,
+    drafter = None if spec is None else draft_spec(spec.method, scenario.model_spec, spec.draft_model)
+    if drafter is not None:
+        draft = RooflineCost(drafter, r.gpu, tp=hw.tp,
                              compute_efficiency=c.compute_efficiency, memory_efficiency=c.memory_efficiency,
+                             weight_dtype=q.weights if spec.method in ("mtp", "eagle") else None,
                              engine=NO_OVERHEAD)
     return RooflineCost(scenario.model_spec, r.gpu, tp=hw.tp, pp=hw.pp,
                         compute_efficiency=c.compute_efficiency, memory_efficiency=c.memory_efficiency,

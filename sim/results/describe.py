@@ -92,7 +92,7 @@ def scheduler_text(sch) -> str:
         bits.append("prefix caching")
     if sch.speculative:
         sp = sch.speculative
-        bits.append(f"speculative decoding ({sp.draft_model} drafts {sp.num_tokens}, "
+        bits.append(f"speculative decoding ({sp.draft_model or sp.method} drafts {sp.num_tokens}, "
                     f"acceptance {sp.acceptance_rate:g})")
     return ", ".join(bits)
 

@@ -20,6 +20,8 @@ class MemoryBudget:
     kv_bytes_per_token: float  # per GPU
     block_size: int
     fixed_blocks: int | None = None  # set by hand (hardware.kv_blocks), e.g. to match an engine
+    state_bytes: float = 0.0  # linear-attention / SSM state held for max_num_seqs requests, per GPU
+    notes: tuple[str, ...] = ()  # where the budget knowingly over-counts (sliding windows)
 
     @property
     def num_blocks(self) -> int:
@@ -48,7 +50,8 @@ def memory_budget(model: ModelSpec, gpu: GpuSpec, *, tp: int = 1, pp: int = 1,
                   max_batched_tokens: int = 8192, max_num_seqs: int = 256,
                   activation_bytes: float | None = None, weight_dtype: str | None = None,
                   kv_dtype: str | None = None, expert_parallel: bool = False,
-                  fixed_blocks: int | None = None, share_of: str = "total") -> MemoryBudget:
+                  fixed_blocks: int | None = None, share_of: str = "total",
+                  draft_weight_bytes: float = 0.0) -> MemoryBudget:
     """KV memory per GPU = memory × utilisation − weights − activation reserve, or, where the
     engine's utilisation is a share of the free memory (``share_of="free"``: TensorRT-LLM's
     kv_cache_free_gpu_mem_fraction, TurboMind's cache_max_entry_count), (memory − weights −
@@ -56,25 +59,43 @@ def memory_budget(model: ModelSpec, gpu: GpuSpec, *, tp: int = 1, pp: int = 1,
 
     Weights and KV are sharded over tensor-parallel ranks (by heads) and pipeline stages
     (by layers), so one GPU holds 1/(tp·pp) of each. KV heads are replicated when TP exceeds
-    their number. With expert parallelism the experts, not their columns, are split over TP.
+    their number; MLA's latent cache is whole on every rank. Linear-attention / SSM layers hold a
+    fixed state per request instead, reserved for ``max_num_seqs`` requests (as vLLM sizes its
+    mamba cache) and taken from the KV memory. ``draft_weight_bytes``: an MTP or EAGLE head's
+    own weights (it shares the target's embedding and LM head). With expert parallelism the experts, not their
+    columns, are split over TP.
     (Either way an MoE layer's weights divide evenly, so the per-GPU share is the same.)
     """
-    weights = model.weight_bytes(weight_dtype) / (tp * pp)
+    weights = (model.weight_bytes(weight_dtype) + draft_weight_bytes) / (tp * pp)
     act = (activation_reserve_bytes(model, max_batched_tokens, max_num_seqs, tp)
            if activation_bytes is None else activation_bytes)
+    state = model.state_bytes_per_request() * max_num_seqs / (tp * pp)
     if share_of == "free":
-        usable = weights + act + max(gpu.memory_bytes - weights - act, 0.0) * utilization
+        usable = weights + act + max(gpu.memory_bytes - weights - act - state, 0.0) * utilization + state
     else:
         usable = gpu.memory_bytes * utilization
-    kv_shards = min(tp, model.num_kv_heads)  # beyond that, KV heads are replicated
-    kv_per_token = model.kv_bytes_per_token(kv_dtype) / (kv_shards * pp)
     return MemoryBudget(
         gpu_bytes=gpu.memory_bytes,
         usable_bytes=usable,
         weight_bytes=weights,
         activation_bytes=act,
-        kv_bytes=usable - weights - act,
-        kv_bytes_per_token=kv_per_token,
+        kv_bytes=usable - weights - act - state,
+        kv_bytes_per_token=model.kv_bytes_per_token_gpu(kv_dtype, tp, pp),
         block_size=block_size,
         fixed_blocks=fixed_blocks,
+        state_bytes=state,
+        notes=window_notes(model, block_size),
     )
+
+
+def window_notes(model: ModelSpec, block_size: int) -> tuple[str, ...]:
+    """The sliding-window over-count, said out loud: the KV cache is counted in blocks of
+    tokens across all layers, so a windowed layer is charged for every token of a request
+    although the engines keep at most its window (+ a block) of them."""
+    if not model.windowed_layers or model.sliding_window >= model.max_model_len:
+        return ()
+    kind = "chunked" if any(g.attention == "chunked" for g in model.groups) else "sliding-window"
+    return (f"{model.name}: its {model.windowed_layers} {kind} layers hold at most {model.sliding_window} + "
+            f"{block_size} tokens per request in the engines, but the KV budget counts every token of a "
+            "request in them: KV memory is over-counted for requests longer than the window (capacity and "
+            "preemption are pessimistic there)",)

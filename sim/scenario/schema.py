@@ -41,6 +41,8 @@ from sim.scenario.gpu_input import BRANCH_TAGS, GpuField
 from sim.scenario.memory import MemoryBudget, memory_budget
 from sim.scenario.specs import GpuSpec, ModelSpec, get_gpu, get_model, model_from_hf_config
 from sim.scenario.specs.gpus import resolution, with_price
+from sim.scenario.specs.drafts import draft_spec
+from sim.scenario.specs.models import DTYPE_BYTES
 from sim.traffic.schema import PositiveInt, Slo, Strict, WorkloadSpec
 
 Fraction = Annotated[float, Field(gt=0, le=1)]
@@ -65,13 +67,14 @@ class HfConfigModel(Strict):
     name: str | None = None
 
 
-Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
+Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4", "fp4"]
 KvDtype = Literal["fp32", "bf16", "fp16", "fp8", "int8"]
 
 
 class Quantization(Strict):
-    """Weight dtype (fp8/int8: W8A8 on tensor cores; int4: weight-only) and KV-cache dtype.
-    Unset means the model's own dtype."""
+    """Weight dtype (fp8/int8: W8A8 on tensor cores; fp4: NVFP4, fp4 math where the GPU has it,
+    else weight-only; int4: weight-only) and KV-cache dtype. Unset means the model's own dtype
+    (and its checkpoint's quantization_config)."""
 
     weights: Dtype | None = None
     kv_cache: KvDtype | None = None
@@ -138,18 +141,48 @@ class Hardware(Strict):
 
 
 class Speculative(Strict):
-    """Speculative decoding: a draft model proposes ``num_tokens`` tokens, the target verifies
-    them in one step and keeps each with probability ``acceptance_rate`` (until the first
-    rejection), plus one token of its own."""
+    """Speculative decoding: ``num_tokens`` draft tokens per decode row and step, verified by the
+    target in one step; each kept with probability ``acceptance_rate`` (until the first
+    rejection), plus one token of the target's own. ``method``: who drafts — ``draft`` a smaller
+    model (``draft_model``, its own roofline), ``mtp`` the model's own next-n prediction layer
+    (one layer and the LM head per draft token), ``eagle`` an EAGLE head (one decoder layer of
+    the target's width), ``ngram`` prompt lookup (no GPU cost). ``mean_acceptance_length`` (the
+    tokens a verify step yields on average, the target's own included, as the engines report it)
+    may replace ``acceptance_rate``: the rate with that mean is used."""
 
-    draft_model: str
+    method: Literal["draft", "mtp", "eagle", "ngram"] = "draft"
+    draft_model: str | None = None
     num_tokens: PositiveInt = 4
     acceptance_rate: Annotated[float, Field(ge=0, lt=1)] = 0.7
+    mean_acceptance_length: Annotated[float, Field(ge=1)] | None = None
 
     @field_validator("draft_model")
     @classmethod
-    def _known_model(cls, v: str) -> str:
-        return _catalog_name(get_model, v)
+    def _known_model(cls, v: str | None) -> str | None:
+        return None if v is None else _catalog_name(get_model, v)
+
+    @model_validator(mode="after")
+    def _method_and_mean(self):
+        if (self.method == "draft") != (self.draft_model is not None):
+            raise ValueError("draft_model: give it for method draft (a catalog model), and only then")
+        if self.mean_acceptance_length is not None:
+            if "acceptance_rate" in self.model_fields_set:
+                raise ValueError("give acceptance_rate or mean_acceptance_length, not both")
+            rate = rate_for_mean_length(self.mean_acceptance_length, self.num_tokens)
+            object.__setattr__(self, "acceptance_rate", rate)  # frozen: set once, while validating
+        return self
+
+
+def rate_for_mean_length(mean: float, k: int) -> float:
+    """The per-token acceptance rate a whose expected tokens per verify step, 1 + a + … + a^k,
+    equal ``mean``."""
+    if not 1.0 <= mean < k + 1:
+        raise ValueError(f"mean_acceptance_length: expected from 1 to below num_tokens + 1 ({k + 1}), got {mean:g}")
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        a = (lo + hi) / 2
+        lo, hi = (a, hi) if sum(a**i for i in range(k + 1)) < mean else (lo, a)
+    return min(lo, 0.999999)
 
 
 class Scheduler(Strict):
@@ -352,6 +385,15 @@ class Scenario(Strict):
         return model_from_hf_config(self.resolve(self.model.hf_config), self.model.name)
 
     @cached_property
+    def model_notes(self) -> list[str]:
+        """What the model's description leaves out or over-counts (a vision tower not modelled,
+        sliding-window layers' KV counted for every token), for the run's warnings."""
+        notes = [f"{self.model_spec.name}: {n}" for n in self.model_spec.notes]
+        for r in self.replica_specs:
+            notes += [n for n in r.memory.notes if n not in notes]
+        return notes
+
+    @cached_property
     def gpu_spec(self) -> GpuSpec:
         return self.hardware.gpu_spec
 
@@ -365,7 +407,17 @@ class Scenario(Strict):
             activation_bytes=act, weight_dtype=self.quantization.weights,
             kv_dtype=self.quantization.kv_cache, expert_parallel=hw.expert_parallel,
             fixed_blocks=hw.kv_blocks, share_of=self.engine.memory_share_of,
+            draft_weight_bytes=self._draft_head_bytes(sch),
         )
+
+    def _draft_head_bytes(self, sch: Scheduler) -> float:
+        """Weights an MTP or EAGLE head adds to the replica (0 for other methods)."""
+        sp = sch.speculative
+        if sp is None or sp.method not in ("mtp", "eagle"):
+            return 0.0
+        head = draft_spec(sp.method, self.model_spec)
+        shared = head.embedding_params * DTYPE_BYTES[head.dtype]
+        return head.weight_bytes(self.quantization.weights) - shared
 
     @cached_property
     def memory(self) -> MemoryBudget:
@@ -509,6 +561,9 @@ def check_feasible(s: Scenario, source: str) -> None:
         from sim.errors import ProfileError
 
         check_file(s.resolve(s.cost.profile), "cost.profile", ProfileError, "profile file")
+    if s.scheduler.speculative and s.scheduler.speculative.method == "mtp" and not spec.mtp_layers:
+        raise ScenarioError(source, "scheduler.speculative.method",
+                            f"mtp needs a model with next-n prediction layers; {spec.name} has none")
     if s.scheduler.speculative and s.scheduler.speculative.draft_model == spec.name:
         raise ScenarioError(source, "scheduler.speculative.draft_model",
                             "must be a smaller model than the target")

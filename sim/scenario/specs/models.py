@@ -1,14 +1,32 @@
 """Model architectures: the shapes that decide memory and cost.
 
-A ``ModelSpec`` describes a Llama-style decoder (GQA, RoPE, RMSNorm, SwiGLU), optionally with
-mixture-of-experts MLPs. Sizes come from the models' published ``config.json`` files.
+A ``ModelSpec`` describes a decoder by its layers (``layers.py``): each has an attention kind
+(full GQA, sliding window, chunked, MLA, linear attention, Mamba-2, none) and an MLP kind
+(dense, mixture of experts, none). A plain Llama-style decoder (GQA, RoPE, RMSNorm, SwiGLU) is
+the default: every layer full attention with a dense MLP (or an MoE one, Mixtral-style, when
+``num_experts`` > 1). Parameters, active parameters, weight bytes per tensor group, KV bytes per
+token and state bytes per request all come from that one description. Sizes come from the
+models' published ``config.json`` files (``sim/scenario/data/models``, read by ``hf_config``).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, replace
+from functools import cached_property
 
-DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
+from sim.scenario.specs.layers import KV_CACHED, WINDOWED, LayerGroup, LinearAttention, Mamba2, Mla
+
+# Bytes per element. fp4 is NVFP4 (4-bit values + an fp8 scale per 16), mxfp4 OCP MXFP4 (an
+# 8-bit scale per 32); both compute as fp4 where the GPU has fp4 tensor cores.
+DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5,
+               "fp4": 0.5625, "mxfp4": 0.53125}
+MATH_DTYPE = {"mxfp4": "fp4"}  # the tensor-core math a storage format runs (else its own name)
+WEIGHT_GROUPS = ("attention", "mlp", "experts")  # tensor groups a quantization_config may set apart
+
+
+def math_dtype(dtype: str) -> str:
+    return MATH_DTYPE.get(dtype, dtype)
 
 
 @dataclass(frozen=True)
@@ -18,7 +36,7 @@ class ModelSpec:
     hidden_size: int
     num_heads: int
     num_kv_heads: int
-    intermediate_size: int
+    intermediate_size: int  # the dense MLP's (and, with no moe_intermediate_size, each expert's)
     vocab_size: int
     max_model_len: int
     head_dim: int = 0  # 0: hidden_size // num_heads
@@ -29,10 +47,30 @@ class ModelSpec:
     dtype: str = "bf16"
     num_experts: int = 1  # >1: mixture of experts
     experts_per_token: int = 1
+    # -- beyond a plain decoder (defaults: a Llama / Mixtral layer everywhere) --
+    layer_attention: tuple[str, ...] = ()  # per layer (layers.ATTENTION_KINDS); (): all "full" ("mla" with mla)
+    layer_mlp: tuple[str, ...] = ()  # per layer (layers.MLP_KINDS); (): all "moe" if num_experts > 1, else "dense"
+    sliding_window: int = 0  # tokens a sliding layer attends to (the chunk of a chunked layer)
+    attention_sinks: bool = False  # a learned sink logit per head (gpt-oss)
+    attn_output_gate: bool = False  # q_proj also makes a sigmoid gate per head (Qwen3-Next)
+    qk_norm: bool = False  # an RMSNorm weight over each query and key head (Qwen3, Gemma-3)
+    shared_expert_gate: bool = False  # a sigmoid gate (hidden → 1) on the shared expert (Qwen-MoE)
+    mla: Mla | None = None
+    linear_attention: LinearAttention | None = None
+    mamba: Mamba2 | None = None
+    moe_intermediate_size: int = 0  # each routed expert's (0: intermediate_size)
+    shared_expert_size: int = 0  # intermediate size of the always-active shared expert(s), all together
+    mlp_matrices: int = 3  # gate, up, down (2 for relu² MLPs: Nemotron-H)
+    mtp_layers: int = 0  # multi-token-prediction (next-n) layers shipped with the model
+    weight_dtypes: tuple[tuple[str, str], ...] = ()  # (tensor group, storage dtype) a checkpoint quantizes
+    notes: tuple[str, ...] = ()  # what of the checkpoint is not modelled (a vision tower, ...)
 
     def __post_init__(self) -> None:
         if self.head_dim == 0:
             object.__setattr__(self, "head_dim", self.hidden_size // self.num_heads)
+        for what, kinds in (("layer_attention", self.layer_attention), ("layer_mlp", self.layer_mlp)):
+            if kinds and len(kinds) != self.num_layers:
+                raise ValueError(f"{what} lists {len(kinds)} layers, not num_layers ({self.num_layers})")
 
     @property
     def q_size(self) -> int:
@@ -46,47 +84,206 @@ class ModelSpec:
     def is_moe(self) -> bool:
         return self.num_experts > 1
 
+    @property
+    def expert_size(self) -> int:
+        return self.moe_intermediate_size or self.intermediate_size
+
+    # -- the layers -------------------------------------------------------------------------
+    def layer_kinds(self) -> list[tuple[str, str]]:
+        """(attention kind, MLP kind) of each layer."""
+        attn = self.layer_attention or ("mla" if self.mla else "full",) * self.num_layers
+        mlp = self.layer_mlp or ("moe" if self.is_moe else "dense",) * self.num_layers
+        return list(zip(attn, mlp, strict=True))
+
+    @cached_property
+    def groups(self) -> tuple[LayerGroup, ...]:
+        """Layers of one kind together, in order of first appearance."""
+        counts = Counter(self.layer_kinds())
+        return tuple(LayerGroup(n, a, m) for (a, m), n in counts.items())
+
+    @property
+    def is_plain(self) -> bool:
+        """Every layer full attention (no window, no MLA) with one MLP kind: today's Llama/Mixtral
+        decoder, priced and sized by the original formulas."""
+        return len(self.groups) == 1 and self.groups[0].attention == "full" and not (
+            self.attention_sinks or self.attn_output_gate or self.shared_expert_size or self.moe_intermediate_size
+            or self.mlp_matrices != 3 or self.qk_norm)
+
+    @property
+    def attention_kind(self) -> str:
+        """A short name of the attention the layers use (for listings)."""
+        kinds = Counter(a for a, _ in self.layer_kinds() if a != "none")
+        parts = [f"{k}" if n == self.num_layers else f"{k} ×{n}" for k, n in kinds.items()]
+        if "sliding" in kinds or "chunked" in kinds:
+            parts.append(f"W={self.sliding_window}")
+        if self.attention_sinks:
+            parts.append("sinks")
+        return ", ".join(parts)
+
+    def dtype_of(self, group: str, weight_dtype: str | None = None) -> str:
+        """Storage dtype of a tensor group: ``weight_dtype`` (the scenario's quantization), else
+        the checkpoint's own quantization of that group, else the model dtype."""
+        if weight_dtype:
+            return weight_dtype
+        return dict(self.weight_dtypes).get(group, self.dtype)
+
+    def attention_params(self, kind: str) -> dict[str, int]:
+        h = self.hidden_size
+        if kind in ("full", *WINDOWED):
+            q = self.q_size * (2 if self.attn_output_gate else 1)
+            extra = (self.num_heads if self.attention_sinks else 0) + (2 * self.head_dim if self.qk_norm else 0)
+            return {"qkv": h * (q + 2 * self.kv_size) + extra, "o": self.q_size * h}
+        if kind == "mla":
+            return self.mla.params(h, self.num_heads)
+        if kind == "linear":
+            return self.linear_attention.params(h)
+        if kind == "mamba":
+            return self.mamba.params(h)
+        return {"qkv": 0, "o": 0}
+
+    def layer_params(self, attention: str, mlp: str) -> dict[str, int]:
+        """Weight parameters of one layer, by operation (``experts``: all routed experts)."""
+        h, m = self.hidden_size, self.mlp_matrices
+        out = self.attention_params(attention)
+        out |= {"mlp": 0, "experts": 0, "router": 0}
+        if mlp == "dense":
+            out["mlp"] = m * h * self.intermediate_size
+        elif mlp == "moe":
+            out["mlp"] = m * h * self.shared_expert_size
+            out["experts"] = m * h * self.expert_size * self.num_experts
+            out["router"] = h * self.num_experts + (h if self.shared_expert_gate and self.shared_expert_size else 0)
+        out["norm"] = h * ((attention != "none") + (mlp != "none"))
+        return out
+
     def params_per_layer(self) -> dict[str, int]:
-        """Weight parameters of one decoder layer, by operation."""
-        h, f = self.hidden_size, self.intermediate_size
-        return {
-            "qkv": h * (self.q_size + 2 * self.kv_size),
-            "o": self.q_size * h,
-            "mlp": 3 * h * f * self.num_experts,
-            "router": h * self.num_experts if self.is_moe else 0,
-            "norm": 2 * h,
-        }
+        """Weight parameters of one decoder layer, by operation (the first layer's kind; Mixtral
+        style MoE counts its experts under ``mlp``)."""
+        p = self.layer_params(*self.layer_kinds()[0])
+        return {"qkv": p["qkv"], "o": p["o"], "mlp": p["mlp"] + p["experts"], "router": p["router"],
+                "norm": p["norm"]}
+
+    def _layers_total(self, active: bool = False) -> int:
+        total = 0
+        for g in self.groups:
+            p = self.layer_params(g.attention, g.mlp)
+            if active and g.mlp == "moe":
+                p["experts"] = p["experts"] * self.experts_per_token // self.num_experts
+            total += g.count * sum(p.values())
+        return total
 
     @property
     def num_params(self) -> int:
+        """All parameters of the model as served (MTP layers apart: ``mtp_params``)."""
         embed = self.vocab_size * self.hidden_size
         head = 0 if self.tie_embeddings else embed
-        return self.num_layers * sum(self.params_per_layer().values()) + embed + head + self.hidden_size
+        if self.is_plain:
+            return self.num_layers * sum(self.params_per_layer().values()) + embed + head + self.hidden_size
+        return self._layers_total() + embed + head + self.hidden_size
 
-    def kv_bytes_per_token(self, kv_dtype: str | None = None) -> float:
-        """Bytes of K and V one token occupies across all layers."""
-        return 2 * self.num_layers * self.kv_size * DTYPE_BYTES[kv_dtype or self.dtype]
+    @property
+    def active_params(self) -> int:
+        """Parameters one token runs through: every routed expert layer counts its top-k experts."""
+        return self._layers_total(active=True) + self.embedding_params + self.hidden_size
+
+    @property
+    def mtp_params(self) -> int:
+        """The next-n prediction layers: a decoder layer each (of the last layer's kind) plus the
+        projection of [embedding; hidden] back to the hidden size and its norms."""
+        if not self.mtp_layers:
+            return 0
+        h = self.hidden_size
+        return self.mtp_layers * (sum(self.layer_params(*self.layer_kinds()[-1]).values()) + 2 * h * h + 3 * h)
 
     @property
     def embedding_params(self) -> int:
         """The token embedding and the LM head (one matrix when tied)."""
         return self.vocab_size * self.hidden_size * (1 if self.tie_embeddings else 2)
 
+    def group_params(self) -> dict[str, int]:
+        """Parameters per tensor group (WEIGHT_GROUPS, plus ``embedding``: embedding and LM head,
+        and ``other``: norms and routers, kept in the model dtype)."""
+        out = dict.fromkeys((*WEIGHT_GROUPS, "other"), 0)
+        for g in self.groups:
+            p = self.layer_params(g.attention, g.mlp)
+            out["attention"] += g.count * (p["qkv"] + p["o"])
+            out["mlp"] += g.count * p["mlp"]
+            out["experts"] += g.count * p["experts"]
+            out["other"] += g.count * (p["router"] + p["norm"])
+        out["other"] += self.hidden_size
+        out["embedding"] = self.embedding_params
+        return out
+
     def weight_bytes(self, weight_dtype: str | None = None) -> float:
-        """Bytes of the weights; quantized checkpoints (FP8, INT8, INT4) keep the embedding and
-        the LM head in the model's own dtype, as ModelOpt, vLLM and TensorRT-LLM do by default."""
-        rest = self.num_params - self.embedding_params
-        return rest * DTYPE_BYTES[weight_dtype or self.dtype] + self.embedding_params * DTYPE_BYTES[self.dtype]
+        """Bytes of the weights; quantized checkpoints (FP8, INT8, INT4, FP4) keep the embedding
+        and the LM head in the model's own dtype, as ModelOpt, vLLM and TensorRT-LLM do by
+        default. A checkpoint's own quantization (``weight_dtypes``) sets each group's dtype;
+        the scenario's ``weight_dtype`` replaces it for all of them."""
+        if self.is_plain and not self.weight_dtypes:
+            rest = self.num_params - self.embedding_params
+            return rest * DTYPE_BYTES[weight_dtype or self.dtype] + self.embedding_params * DTYPE_BYTES[self.dtype]
+        p = self.group_params()
+        total = (p["embedding"] + p["other"]) * DTYPE_BYTES[self.dtype]
+        for g in WEIGHT_GROUPS:
+            total += p[g] * DTYPE_BYTES[self.dtype_of(g, weight_dtype)]
+        return total
+
+    # -- the KV cache and the per-request state ---------------------------------------------
+    def kv_elements_per_layer(self, kind: str) -> int:
+        """Elements one token adds to the cache of one layer of ``kind``."""
+        if kind in ("full", *WINDOWED):
+            return 2 * self.kv_size
+        if kind == "mla":
+            return self.mla.latent
+        return 0
+
+    def kv_shards(self, kind: str, tp: int) -> int:
+        """Over how many tensor-parallel ranks a layer's cache is split: KV heads (replicated
+        beyond their number); MLA's latent is one head, held whole by every rank."""
+        return 1 if kind == "mla" else min(tp, self.num_kv_heads)
+
+    def kv_bytes_per_token(self, kv_dtype: str | None = None) -> float:
+        """Bytes of K and V one token occupies across all layers (sliding-window layers
+        included: a token within the window)."""
+        b = DTYPE_BYTES[kv_dtype or self.dtype]
+        if self.is_plain:
+            return 2 * self.num_layers * self.kv_size * b
+        return float(sum(g.count * self.kv_elements_per_layer(g.attention) for g in self.groups
+                         if g.attention in KV_CACHED)) * b
+
+    def kv_bytes_per_token_gpu(self, kv_dtype: str | None, tp: int, pp: int) -> float:
+        """KV bytes per token on one GPU of a tp × pp replica."""
+        b = DTYPE_BYTES[kv_dtype or self.dtype]
+        if self.is_plain:
+            return self.kv_bytes_per_token(kv_dtype) / (min(tp, self.num_kv_heads) * pp)
+        return sum(g.count * self.kv_elements_per_layer(g.attention) * b / self.kv_shards(g.attention, tp)
+                   for g in self.groups if g.attention in KV_CACHED) / pp
+
+    @property
+    def windowed_layers(self) -> int:
+        return sum(g.count for g in self.groups if g.attention in WINDOWED)
+
+    def state_bytes_per_request(self) -> float:
+        """Linear-attention / SSM state one request holds, in the model dtype (vLLM's default
+        mamba cache dtype), across all layers."""
+        b = DTYPE_BYTES[self.dtype]
+        total = 0
+        for g in self.groups:
+            if g.attention == "linear":
+                total += g.count * self.linear_attention.state_elements
+            elif g.attention == "mamba":
+                total += g.count * self.mamba.state_elements
+        return total * b
 
     def with_name(self, name: str) -> ModelSpec:
         return replace(self, name=name)
+
 
 
 def _m(**kw) -> ModelSpec:
     return ModelSpec(**kw)
 
 
-MODEL_CATALOG: dict[str, ModelSpec] = {
+BUILTIN_MODELS: dict[str, ModelSpec] = {
     m.name: m
     for m in [
         _m(name="llama-2-7b", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=32,
@@ -122,12 +319,3 @@ MODEL_CATALOG: dict[str, ModelSpec] = {
            intermediate_size=768, vocab_size=8192, max_model_len=4096, dtype="fp32"),
     ]
 }
-
-
-def get_model(name: str) -> ModelSpec:
-    """Look a model up by catalog name (case-insensitive)."""
-    try:
-        return MODEL_CATALOG[name.lower()]
-    except KeyError:
-        known = ", ".join(sorted(MODEL_CATALOG))
-        raise KeyError(f"unknown model {name!r}; known models: {known}") from None
