@@ -223,7 +223,7 @@ def rate_text(rate, scale: float = 1.0) -> str:
         text = (f"diurnal {_g(d.mean * scale)} ± {_g(d.amplitude * scale)} req/s, period "
                 f"{_g(d.period_s / scale)} s, peak at {_g(d.phase_s / scale)} s")
     if len(rate.bursts) == 1:
-        text += f", with a {burst_text(rate.bursts[0], scale)} burst"
+        text += f", with a burst {burst_text(rate.bursts[0], scale)}"
     elif rate.bursts:
         text += f", with {len(rate.bursts)} bursts (" + "; ".join(burst_text(b, scale) for b in rate.bursts[:3]) \
             + ("; …" if len(rate.bursts) > 3 else "") + ")"

@@ -9,6 +9,7 @@ named stream with its own SLO and priority.
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from typing import Annotated, ClassVar, Literal
 
@@ -194,7 +195,21 @@ class RateSchedule(Strict):
         return self
 
 
-Rate = Annotated[PositiveFloat | RateSchedule, Field(union_mode="left_to_right")]
+def _rate_or_schedule(v):
+    """A mapping goes on to the schedule (whose errors are then the ones shown); anything else
+    must be a positive number of requests per second."""
+    if isinstance(v, dict | RateSchedule):
+        return v
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v <= 0:
+        raise ValueError(f"expected a rate in requests/s (> 0) or a schedule such as {{base: 10, bursts: "
+                         f"['x2 for 60 s at 120 s']}}, {{segments: [...]}} or {{diurnal: {{mean, amplitude, "
+                         f"period_s, phase_s}}}} (got {v!r})")
+    return v
+
+
+# the schedule first: a mapping's errors are the schedule's, not "Input should be a valid number"
+Rate = Annotated[RateSchedule | PositiveFloat, Field(union_mode="left_to_right"),
+                 BeforeValidator(_rate_or_schedule)]
 
 
 # -- arrivals --------------------------------------------------------------------------------
