@@ -9,7 +9,6 @@ named stream with its own SLO and priority.
 from __future__ import annotations
 
 import itertools
-import math
 import re
 from typing import Annotated, ClassVar, Literal
 
@@ -20,8 +19,11 @@ from pydantic import (
     Field,
     NonNegativeFloat,
     PositiveFloat,
+    TypeAdapter,
+    ValidationError,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 # Every schema model (scenario, study): unknown fields are errors, values keep their YAML type
 # (``true`` is not 1, ``"8"`` is not 8; an int is a valid float) and floats are finite.
@@ -200,13 +202,16 @@ def _rate_or_schedule(v):
     must be a positive number of requests per second."""
     if isinstance(v, dict | RateSchedule):
         return v
-    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v <= 0:
-        raise ValueError(f"expected a rate in requests/s (> 0) or a schedule such as {{base: 10, bursts: "
-                         f"['x2 for 60 s at 120 s']}}, {{segments: [...]}} or {{diurnal: {{mean, amplitude, "
-                         f"period_s, phase_s}}}} (got {v!r})")
-    return v
+    try:
+        return _PLAIN_RATE.validate_python(v)
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise PydanticCustomError(err["type"], err["msg"] + " (requests/s), or a schedule such as {base: 10, "
+                                  "bursts: ['x2 for 60 s at 120 s']}, {segments: [...]} or {diurnal: "
+                                  "{mean, amplitude, period_s, phase_s}}") from None
 
 
+_PLAIN_RATE = TypeAdapter(PositiveFloat, config=STRICT)
 # the schedule first: a mapping's errors are the schedule's, not "Input should be a valid number"
 Rate = Annotated[RateSchedule | PositiveFloat, Field(union_mode="left_to_right"),
                  BeforeValidator(_rate_or_schedule)]
@@ -264,11 +269,13 @@ def needs_tag(tag: str, examples: dict[str, str]):
     """A validator run before a tagged union: a block without a known ``tag`` is refused with
     what to write (pydantic would say only that it cannot extract the tag)."""
     def check(v):
-        if isinstance(v, dict) and v.get(tag) in examples:
+        if isinstance(v, dict) and isinstance(v.get(tag), str) and v[tag] in examples:
             return v
-        got = (f"{tag}: {v.get(tag)!r}" if tag in v else f"no '{tag}'") if isinstance(v, dict) else repr(v)
+        # pydantic's message adds the value given, except for a mapping: say what it lacks
+        got = ((f" (got {tag}: {v.get(tag)!r})" if tag in v else f" (got no '{tag}')")
+               if isinstance(v, dict) else "")
         raise ValueError(f"expected {tag}: one of {', '.join(examples)}; for example "
-                         + "; ".join(examples.values()) + f" (got {got})")
+                         + "; ".join(examples.values()) + got)
     return BeforeValidator(check)
 
 

@@ -129,7 +129,7 @@ def test_an_arrival_block_without_a_known_process_says_what_to_write(arrival, fr
         scenario(workload__arrival=arrival)
     msg = str(e.value)
     assert "expected process: one of poisson, gamma, constant, trace, closed" in msg
-    assert "{process: poisson, rate: 4}" in msg and fragment in msg
+    assert "{process: poisson, rate: 4}" in msg and msg.count(fragment) == 1
     assert "discriminator" not in msg
 
 
@@ -180,7 +180,10 @@ def test_a_whole_trace_loops_until_the_duration(tmp_path):
         scenario_from({"trace": trace})
 
 
-@pytest.mark.parametrize("rate", [-1, 0, "fast", True])
-def test_a_bad_plain_rate_says_what_to_write(rate):
-    with pytest.raises(ScenarioError, match=r"workload\.arrival\.rate: expected a rate in requests/s \(> 0\)"):
+@pytest.mark.parametrize("rate,fragment", [(-1, "greater than 0 (requests/s), or a schedule such as {base: 10"),
+                                           ("fast", "valid number (requests/s), or a schedule"),
+                                           (True, "expected a number, got true")])
+def test_a_bad_plain_rate_says_what_to_write(rate, fragment):
+    with pytest.raises(ScenarioError) as e:
         scenario(workload__arrival={"process": "poisson", "rate": rate})
+    assert "workload.arrival.rate: " in str(e.value) and fragment in str(e.value)
