@@ -187,3 +187,4 @@ def test_a_bad_plain_rate_says_what_to_write(rate, fragment):
     with pytest.raises(ScenarioError) as e:
         scenario(workload__arrival={"process": "poisson", "rate": rate})
     assert "workload.arrival.rate: " in str(e.value) and fragment in str(e.value)
+
