@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 
 import numpy as np
 import pandas as pd
@@ -10,6 +11,7 @@ import pandas as pd
 from sim.core.requests import RejectReason, RequestTable, Status
 
 STATUS_NAMES = {Status.FINISHED: "finished", Status.REJECTED: "rejected"}
+LATENCY_KEY = re.compile(r"^(ttft|tpot|itl|e2e|queueing_delay)_(mean|p\d+)$")
 PERCENTILES = (50, 90, 99)
 
 
@@ -180,6 +182,19 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame, *, num_gpus: int = 1,
             str(c): summarize(requests[requests["class"] == c], steps.iloc[:0], num_gpus=num_gpus,
                               per_class=False, itl=itl) for c in classes}
     return summary
+
+
+def ms_keys(frame: pd.DataFrame) -> pd.DataFrame:
+    """A table for CSV/JSON output: latency columns in seconds (``ttft_p99``) become
+    milliseconds named as ``vllm bench serve`` names them (``p99_ttft_ms``, ``mean_e2e_ms``);
+    the other columns stay as they are. (summary.json keeps seconds under the plain keys.)"""
+    renames = {c: f"{m[2]}_{m[1]}_ms" for c in frame.columns if isinstance(c, str) and (m := LATENCY_KEY.match(c))}
+    if not renames:
+        return frame
+    out = frame.copy()
+    for c in renames:
+        out[c] = pd.to_numeric(out[c], errors="coerce") * 1e3
+    return out.rename(columns=renames)
 
 
 def _goodput(met: int, n: int, span: float, duration: float) -> float:

@@ -185,10 +185,12 @@ def print_compare(entries: list[Entry], fmt: str) -> None:
 
     frame = summary_frame(entries)
     keep = [c for c in frame.columns if c not in ("classes",)]
+    from sim.results.metrics import ms_keys
+
     if fmt == "csv":
-        frame[keep].to_csv(sys.stdout, index=False)
+        ms_keys(frame[keep]).to_csv(sys.stdout, index=False)
     elif fmt == "json":
-        print(json.dumps(json.loads(frame[keep].to_json(orient="records")), indent=2))
+        print(json.dumps(json.loads(ms_keys(frame[keep]).to_json(orient="records")), indent=2))
     else:
         head, rows = metric_rows(frame)
         print_rows(Table(*head, title="compare"), rows)
