@@ -121,3 +121,21 @@ def test_the_report_draws_traffic_over_time(burst_runs, tmp_path):
     assert "Traffic over time" in html and "Shaded: the bursts" in html and "time to recover" in html
     flat = write_report(burst_runs[1], tmp_path / "f.html").read_text()
     assert "Traffic over time" in flat and "Shaded" not in flat
+
+
+def test_one_command_answers_peak_queue_and_time_to_recover(tmp_path, capsys):
+    import json
+
+    from sim.cli.app import main
+
+    out = tmp_path / "run"
+    code = main(["run", "--out", str(out), "--set", "workload.duration_s=100", "--set",
+                 "workload.arrival.rate={base: 14, bursts: ['x2 for 30 s at 40 s']}", "--set",
+                 "workload.prompt_len={dist: lognormal, mean: 600, sigma: 0.9, max: 4096}"])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "burst ×2 at 40–70 s" in printed and "peak queue" in printed and "arrivals ended by" in printed
+    doc = json.loads((out / "summary.json").read_text())["summary"]
+    b = doc["bursts"][0]
+    assert b["peak_queue"] >= 1 and b["start_s"] == 40 and b["end_s"] == 70
+    assert doc["arrivals_ended_by"]["by"] == "duration_s" and doc["requests"] > 1000  # not cut at the default
