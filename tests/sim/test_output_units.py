@@ -32,3 +32,5 @@ def test_compare_json_has_ms_keys(tmp_path, capsys):
     assert "p99_ttft_ms" in rows[0] and "ttft_p99" not in rows[0]
     assert rows[0]["p99_ttft_ms"] == pytest.approx(rows[1]["p99_ttft_ms"])
     assert 1 < rows[0]["p99_ttft_ms"] < 60_000  # milliseconds, not seconds
+    written = (tmp_path / "cmp" / "summary.csv").read_text().splitlines()[0].split(",")
+    assert "p99_ttft_ms" in written and "ttft_p99" not in written
