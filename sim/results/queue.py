@@ -43,27 +43,40 @@ def mean_between(times: np.ndarray, q: np.ndarray, lo: float, hi: float) -> floa
     """The time-weighted mean queue over [lo, hi) (the value at ``lo`` when hi ≤ lo)."""
     if hi <= lo:
         return float(value_at(times, q, lo))
-    inner = (times > lo) & (times < hi)
-    knots = np.concatenate([[lo], times[inner], [hi]])
-    values = np.concatenate([[value_at(times, q, lo)], q[inner]])
+    i, j = np.searchsorted(times, [lo, hi], side="right")
+    knots = np.concatenate([[lo], times[i:j], [hi]])
+    values = np.concatenate([[value_at(times, q, lo)], q[i:j]])
     return float(np.sum(values * np.diff(knots)) / (hi - lo))
+
+
+def first_at_or_below(q: np.ndarray, level: float, start: int) -> int | None:
+    """The first index ≥ ``start`` where ``q`` ≤ ``level``, looking in growing chunks (a queue
+    that recovers soon is found without reading the rest of the run)."""
+    width = 1024
+    while start < len(q):
+        hit = np.flatnonzero(q[start:start + width] <= level)
+        if hit.size:
+            return start + int(hit[0])
+        start += width
+        width *= 4
+    return None
 
 
 def recovery(times: np.ndarray, q: np.ndarray, start: float, end: float) -> dict:
     """One burst [start, end): the baseline before it, its peak, and when the queue got back
-    (see the module's docstring for the definition)."""
+    (see the module's docstring for the definition). Reads the events from the baseline's
+    window to the recovery only."""
     baseline = mean_between(times, q, max(0.0, start - (end - start)), start) if start > 0 else 0.0
+    level = baseline + 1e-9
     i = max(int(np.searchsorted(times, end, side="right")) - 1, 0)
-    later = np.flatnonzero(q[i:] <= baseline + 1e-9)
-    if value_at(times, q, end) <= baseline + 1e-9:
+    if value_at(times, q, end) <= level:
         back = end
-    elif later.size:
-        back = float(times[i + later[0]])
     else:
-        back = None
-    upto = back if back is not None else (times[-1] if len(times) else end)
-    inside = (times >= start) & (times <= upto)
-    peak = max(int(q[inside].max(initial=0)), value_at(times, q, start))
+        k = first_at_or_below(q, level, i)
+        back = None if k is None else float(times[k])
+    lo = int(np.searchsorted(times, start, side="left"))
+    hi = len(times) if back is None else int(np.searchsorted(times, back, side="right"))
+    peak = max(int(q[lo:hi].max(initial=0)), value_at(times, q, start))
     return {"queue_before": baseline, "peak_queue": peak, "recovered_at_s": back,
             "time_to_recover_s": None if back is None else back - end}
 
@@ -90,19 +103,21 @@ def queue_summary(requests: pd.DataFrame, bursts=()) -> dict:
     windows = merged(bursts)
     if not windows:
         return out
-    arrival = requests["arrival"].to_numpy(float)
-    met = requests["slo_met"].to_numpy(bool)
-    inside_any = np.zeros(len(arrival), dtype=bool)
+    order = np.argsort(requests["arrival"].to_numpy(float), kind="stable")
+    arrival = requests["arrival"].to_numpy(float)[order]
+    met_before = np.concatenate([[0], np.cumsum(requests["slo_met"].to_numpy(bool)[order])])
     rows = []
     for a, b, factor in windows:
-        inside = (arrival >= a) & (arrival < b)
-        inside_any |= inside
+        i, j = np.searchsorted(arrival, [a, b], side="left")  # arriving in [a, b)
         rows.append({"start_s": a, "end_s": b, "factor": factor, **recovery(times, q, a, b),
-                     "requests": int(inside.sum()),
-                     "slo_attainment": float(met[inside].mean()) if inside.any() else None})
+                     "requests": int(j - i),
+                     "slo_attainment": float(met_before[j] - met_before[i]) / (j - i) if j > i else None})
+    n_in = sum(r["requests"] for r in rows)
+    met_in = sum(r["slo_attainment"] * r["requests"] for r in rows if r["requests"])
+    n_out, met_out = len(arrival) - n_in, float(met_before[-1]) - met_in
     out["bursts"] = rows
-    out["slo_attainment_in_bursts"] = float(met[inside_any].mean()) if inside_any.any() else None
-    out["slo_attainment_outside_bursts"] = float(met[~inside_any].mean()) if (~inside_any).any() else None
+    out["slo_attainment_in_bursts"] = met_in / n_in if n_in else None
+    out["slo_attainment_outside_bursts"] = met_out / n_out if n_out else None
     return out
 
 

@@ -139,3 +139,13 @@ def test_one_command_answers_peak_queue_and_time_to_recover(tmp_path, capsys):
     b = doc["bursts"][0]
     assert b["peak_queue"] >= 1 and b["start_s"] == 40 and b["end_s"] == 70
     assert doc["arrivals_ended_by"]["by"] == "duration_s" and doc["requests"] > 1000  # not cut at the default
+
+
+def test_first_at_or_below_finds_the_first_hit_past_its_chunks():
+    from sim.results.queue import first_at_or_below
+
+    q = np.full(20_000, 7)
+    q[[3, 15_000, 15_001]] = 0
+    assert first_at_or_below(q, 0.5, 0) == 3
+    assert first_at_or_below(q, 0.5, 4) == 15_000  # past the first chunks of 1,024 and 4,096
+    assert first_at_or_below(q, 0.5, 15_002) is None
