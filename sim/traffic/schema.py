@@ -503,10 +503,11 @@ class TrafficClass(Stream):
 class WorkloadSpec(Stream):
     """Single-class traffic at the top level, or ``classes``. With classes, ``num_requests``
     and ``duration_s`` (when given) cut the merged traffic, and bound any class that sets
-    neither itself."""
+    neither itself. Both given: the first reached ends the arrivals; ``duration_s`` alone is
+    not cut by the default ``num_requests`` (``sim.traffic.bounds``)."""
 
     rate_scale: PositiveFloat = 1.0  # multiplies every arrival rate (divides all arrival times)
-    num_requests: NumRequests | None = 1000
+    num_requests: NumRequests | None = 1000  # the default applies when neither bound is given
     classes: Annotated[tuple[TrafficClass, ...], AsTuple] | None = None
 
     @model_validator(mode="after")
