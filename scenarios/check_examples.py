@@ -91,6 +91,20 @@ def quickstart(ex: Example) -> None:
     ex.check("28 req/s breaks it (< 70%)", att(hi) < 0.7, pct(att(hi)))
 
 
+def burst(ex: Example) -> None:
+    s, flat = run("burst"), run("burst", "workload.arrival.rate.bursts=[]")
+    b = s["bursts"][0]
+    ex.check("the burst builds a queue: peak ≥ 5 × the peak without it",
+             s["peak_queue"] >= 5 * max(flat["peak_queue"], 1),
+             f"{s['peak_queue']} vs {flat['peak_queue']}")
+    ex.check("the queue recovers within 30 s of the burst's end",
+             b["time_to_recover_s"] is not None and b["time_to_recover_s"] <= 30, str(b["time_to_recover_s"]))
+    ex.check("inside the burst < 50% meet the SLO, outside ≥ 95%",
+             s["slo_attainment_in_bursts"] < 0.5 <= 0.95 <= s["slo_attainment_outside_bursts"],
+             f"{pct(s['slo_attainment_in_bursts'])} inside, {pct(s['slo_attainment_outside_bursts'])} outside")
+    ex.check("without the burst every request meets it (≥ 99.5%)", att(flat) >= 0.995, pct(att(flat)))
+
+
 def policies(ex: Example) -> None:
     c, k, st = run("policy-chunked-prefill"), run("policy-continuous"), run("policy-static")
     got = f"chunked {pct(att(c))}, continuous {pct(att(k))}, static {pct(att(st))}"
@@ -310,7 +324,7 @@ def azure_study(ex: Example) -> None:
 
 
 EXAMPLES: dict[str, Callable[[Example], None]] = {
-    "quickstart": quickstart, "policy-*": policies, "azure-conversation": azure_conversation,
+    "quickstart": quickstart, "burst": burst, "policy-*": policies, "azure-conversation": azure_conversation,
     "disaggregated": disaggregated, "heterogeneous": heterogeneous, "mixtral-expert-parallel": mixtral,
     "mooncake-trace": mooncake, "multi-class": multi_class, "multi-turn": multi_turn,
     "pipeline-parallel-70b": pipeline, "quantization-fp8": fp8, "router-least-kv": router,

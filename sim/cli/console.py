@@ -35,7 +35,7 @@ def print_summary(result) -> None:
     title = f"{result.scenario.name} ({result.mode})"
     for b in [Block(title, [list(r) for r in setup]), *blocks]:
         print_block(b)
-    console.print("Latencies as vllm bench serve defines them (README, \"Metrics\").", style="dim")
+    console.print("Latencies as vllm bench serve defines them (README, \"Reading the results\").", style="dim")
     for w in result.warnings:
         console.print(f"[yellow]warning:[/] {escape(w)}")
 

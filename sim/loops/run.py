@@ -121,7 +121,7 @@ def collect(scenario: Scenario, table: RequestTable, workload, steps: pd.DataFra
     requests = requests_frame(table, scenario.slo, workload)
     steps["kv_utilization"] = kv_utilization(steps, core.ep[:, P_NUM_BLOCKS].astype(float))
     itl = {"hist": core.itl_hist.copy(), "sum": core.itl_sum.copy(), "classes": table.class_names}
-    summary = summarize(requests, steps, num_gpus=scenario.num_gpus, itl=itl)
+    summary = summarize(requests, steps, num_gpus=scenario.num_gpus, itl=itl, workload=workload)
     warnings = list(getattr(workload, "notes", ()))
     warnings += extrapolation_warnings(extrapolated or {})
     rejected = requests[requests["status"] == "rejected"]

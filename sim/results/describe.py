@@ -108,13 +108,15 @@ def scheduler_rows(s) -> list[tuple[str, str]]:
 
 
 def _arrival_text(a, scale: float) -> str:
+    from sim.traffic.rates import rate_text
+
     p = a.process
     if p == "poisson":
-        return f"Poisson arrivals, {fmt.num(a.rate * scale)} req/s"
+        return f"Poisson arrivals, {rate_text(a.rate, scale)}"
     if p == "gamma":
-        return f"bursty arrivals (gamma, CV {a.cv:g}), {fmt.num(a.rate * scale)} req/s"
+        return f"bursty arrivals (gamma, CV {a.cv:g}), {rate_text(a.rate, scale)}"
     if p == "constant":
-        return f"evenly spaced arrivals, {fmt.num(a.rate * scale)} req/s"
+        return f"evenly spaced arrivals, {rate_text(a.rate, scale)}"
     if p == "closed":
         think = f", {fmt.duration(a.think_time_s)} think time" if a.think_time_s else ""
         return f"closed loop: {a.concurrency} users, each sends its next request when the last is done{think}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 
 import numpy as np
 import pandas as pd
@@ -10,6 +11,7 @@ import pandas as pd
 from sim.core.requests import RejectReason, RequestTable, Status
 
 STATUS_NAMES = {Status.FINISHED: "finished", Status.REJECTED: "rejected"}
+LATENCY_KEY = re.compile(r"^(ttft|tpot|itl|e2e|queueing_delay)_(mean|p\d+)$")
 PERCENTILES = (50, 90, 99)
 
 
@@ -113,7 +115,11 @@ def itl_stats(hist: np.ndarray, total_ns: int) -> dict[str, float]:
 
 
 def summarize(requests: pd.DataFrame, steps: pd.DataFrame, *, num_gpus: int = 1,
-              per_class: bool = True, itl: dict | None = None) -> dict:
+              per_class: bool = True, itl: dict | None = None, workload=None) -> dict:
+    """The run's figures. Throughput is over first arrival to last completion (the drain
+    counts); goodput is SLO attainment times the offered rate, over the arrival window (so 40
+    req/s offered at 99.8% reads 39.9, whatever the drain). ``workload`` (when given) adds
+    what ended the arrivals and its bursts (``results.queue``)."""
     fin = requests[requests["status"] == "finished"]
     n = len(requests)
     start = float(requests["arrival"].min()) if n else 0.0
@@ -136,8 +142,9 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame, *, num_gpus: int = 1,
         "output_token_throughput": out_tokens / duration,
         "total_token_throughput": (out_tokens + int(fin["prompt_tokens"].sum())) / duration,
         "slo_attainment": met / n if n else float("nan"),
-        "goodput": met / duration,
-        "goodput_per_gpu": met / duration / num_gpus,
+        # over the arrival window: requests meeting the SLO per second of offered traffic
+        "goodput": _goodput(met, n, span, duration),
+        "goodput_per_gpu": _goodput(met, n, span, duration) / num_gpus,
         "preemptions": int(requests["preemptions"].sum()),
         # over the prompts that were served (rejected ones never could hit the cache)
         "prefix_hit_rate": float(requests["cached_tokens"].sum()
@@ -158,14 +165,44 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame, *, num_gpus: int = 1,
     if len(steps):
         busy = steps["duration"].to_numpy()
         summary["mean_batch_size"] = float(np.average(steps["num_seqs"], weights=busy))
+        if "decode_seqs" in steps:  # over the steps that decode (prefill-only steps left out)
+            decode = steps["decode_seqs"].to_numpy()
+            summary["mean_decode_batch"] = float(decode[decode > 0].mean()) if (decode > 0).any() else float("nan")
         if "kv_utilization" in steps:
             summary["mean_kv_utilization"] = float(np.average(steps["kv_utilization"], weights=busy))
+    if per_class:
+        from sim.results.queue import queue_summary
+
+        summary.update(queue_summary(requests, getattr(workload, "bursts", ())))
+        if getattr(workload, "ended_by", None) is not None:
+            summary["arrivals_ended_by"] = dict(workload.ended_by)
     classes = requests["class"].unique() if "class" in requests else []
     if per_class and len(classes) > 1:
         summary["classes"] = {
             str(c): summarize(requests[requests["class"] == c], steps.iloc[:0], num_gpus=num_gpus,
                               per_class=False, itl=itl) for c in classes}
     return summary
+
+
+def ms_keys(frame: pd.DataFrame) -> pd.DataFrame:
+    """A table for CSV/JSON output: latency columns in seconds (``ttft_p99``) become
+    milliseconds named as ``vllm bench serve`` names them (``p99_ttft_ms``, ``mean_e2e_ms``);
+    the other columns stay as they are. (summary.json keeps seconds under the plain keys.)"""
+    renames = {c: f"{m[2]}_{m[1]}_ms" for c in frame.columns if isinstance(c, str) and (m := LATENCY_KEY.match(c))}
+    if not renames:
+        return frame
+    out = frame.copy()
+    for c in renames:
+        out[c] = pd.to_numeric(out[c], errors="coerce") * 1e3
+    return out.rename(columns=renames)
+
+
+def _goodput(met: int, n: int, span: float, duration: float) -> float:
+    """SLO-meeting requests per second over the arrival window: attainment × offered rate
+    ((n − 1) / span); a single instant of arrivals falls back to first arrival → last completion."""
+    if n > 1 and span > 0:
+        return met / n * (n - 1) / span
+    return met / duration
 
 
 class InvariantError(RuntimeError):

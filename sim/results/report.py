@@ -225,6 +225,10 @@ def run_headline(summary: dict) -> list[tuple[str, str]]:
     if not summary.get("classes"):
         items += [("TTFT p99", fmt.duration(summary.get("ttft_p99"))),
                   ("TPOT p99", fmt.duration(summary.get("tpot_p99")))]
+    for b in summary.get("bursts") or []:
+        items.append((f"peak queue, burst at {fmt.num(b['start_s'])} s", fmt.count(b["peak_queue"])))
+        items.append(("time to recover", "not recovered" if b["time_to_recover_s"] is None
+                      else fmt.duration(b["time_to_recover_s"])))
     return items
 
 
@@ -266,6 +270,12 @@ def report_parts(result) -> list[str]:
     parts.append("<h2>Latency distributions</h2><p class='note'>Share of requests (ITL: of token gaps) at or "
                  "below each latency; dotted lines: the SLO limits.</p>"
                  + figure_html(latency_cdfs(curves, colors, limits, itl)))
+    if len(reqs):
+        from sim.results.traffic_chart import traffic_over_time
+
+        bursts = [(b["start_s"], b["end_s"], b["factor"]) for b in summary.get("bursts") or []]
+        fig, note = traffic_over_time(reqs, bursts, None if by_class else s.slo.ttft_s)
+        parts.append(f"<h2>Traffic over time</h2><p class='note'>{html.escape(note)}</p>" + figure_html(fig))
     if len(result.steps):
         fig, note = timeline(result)
         parts.append(f"<h2>Over time</h2><p class='note'>{html.escape(note)}</p>" + figure_html(fig))

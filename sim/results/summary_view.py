@@ -59,21 +59,63 @@ def results_block(summary: dict, num_gpus: int, prefix_caching: bool, slo: str) 
     rows.append(["requests", f"{s['finished']:,} finished, {s['rejected']:,} rejected"
                  + (f", {s['unfinished']:,} unfinished" if s.get("unfinished") else "")
                  + f", {fmt.plural(s['preemptions'], 'preemption')}"])
+    rows += traffic_rows(s)
     engine = []
     if "mean_batch_size" in s:
-        engine.append(f"mean batch {fmt.num(s['mean_batch_size'])} sequences")
+        engine.append(f"mean batch {fmt.num(s['mean_batch_size'])} sequences (time-weighted)")
+    if not fmt.missing(s.get("mean_decode_batch")):
+        engine.append(f"{fmt.num(s['mean_decode_batch'])} per decode step")
     if "mean_kv_utilization" in s:
-        engine.append(f"KV cache {fmt.pct(s['mean_kv_utilization'])} in use")
+        engine.append(f"KV cache {fmt.pct(s['mean_kv_utilization'])} in use (time-weighted)")
     if prefix_caching or s.get("prefix_hit_rate"):
         engine.append(f"prefix cache hits {fmt.pct(s.get('prefix_hit_rate'))} of prompt tokens")
     if engine:
-        rows.append(["engine (time-weighted)", ", ".join(engine)])
+        rows.append(["engine", ", ".join(engine)])
     rows.append(["mean lengths", f"{fmt.num(s.get('mean_prompt_tokens'))} prompt, "
                  f"{fmt.num(s.get('mean_output_tokens'))} output tokens"])
-    note = ("Goodput: requests per second that finished within every SLO limit. Throughput and goodput "
-            "are over the span from the first arrival to the last completion, so they read below the "
-            "offered rate by the drain even when every request is served.")
+    note = ("Goodput: requests per second that finished within every SLO limit, over the arrival "
+            "window (SLO attainment × offered rate). Throughput is over the span from the first "
+            "arrival to the last completion, so it reads below the offered rate by the drain even "
+            "when every request is served. The mean batch per decode step leaves out prefill-only "
+            "steps, which the time-weighted mean counts. Queue: requests arrived and not yet "
+            "scheduled; a burst's time to recover runs from its end to the first instant the queue "
+            "is back at its mean over the burst's own length before it (README, \"Reading the results\").")
     return Block("Results", rows, [], note)
+
+
+def ended_text(e: dict) -> str:
+    """What ended the arrivals, in words."""
+    last = fmt.duration(e.get("last_arrival_s"))
+    n = e.get("num_requests")
+    d = e.get("duration_s")
+    if e["by"] == "num_requests":
+        return f"num_requests ({n:,}) reached at {last}" + (
+            f", before duration_s ({fmt.num(d)} s)" if d is not None else "")
+    if e["by"] == "duration_s":
+        return f"duration_s ({fmt.num(d)} s); last arrival at {last}" + (
+            f", before num_requests ({n:,})" if n is not None else "")
+    return f"the traffic itself (trace or schedule ran out) at {last}"
+
+
+def traffic_rows(s: dict) -> list[list[str]]:
+    """What ended the arrivals, the peak queue and each burst's effect."""
+    rows = []
+    if s.get("arrivals_ended_by"):
+        rows.append(["arrivals ended by", ended_text(s["arrivals_ended_by"])])
+    if "peak_queue" in s:
+        at = f" at {fmt.duration(s['peak_queue_at_s'])}" if "peak_queue_at_s" in s else ""
+        rows.append(["peak queue", f"{fmt.plural(s['peak_queue'], 'request')} waiting{at}"])
+    for b in s.get("bursts") or []:
+        back = ("not back by the end of the run" if b["time_to_recover_s"] is None
+                else f"recovered {fmt.duration(b['time_to_recover_s'])} after it ended")
+        rows.append([f"burst ×{fmt.num(b['factor'])} at {fmt.num(b['start_s'])}–{fmt.num(b['end_s'])} s",
+                     f"peak queue {b['peak_queue']:,}, {back} (queue back to ≤ {fmt.num(b['queue_before'])}, "
+                     f"its level before); SLO met by {fmt.pct(b['slo_attainment'])} of its "
+                     f"{fmt.plural(b['requests'], 'request')}"])
+    if s.get("bursts"):
+        rows.append(["SLO in / outside bursts", f"{fmt.pct(s.get('slo_attainment_in_bursts'))} inside, "
+                     f"{fmt.pct(s.get('slo_attainment_outside_bursts'))} outside (by arrival time)"])
+    return rows
 
 
 def class_latency_block(summary: dict) -> Block:

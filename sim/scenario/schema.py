@@ -627,8 +627,26 @@ def load_scenario(path: str | Path | None = None, overrides: list[str] | None = 
         data = read_scenario_file(path)
         base_dir = path.parent
     if overrides:
+        before = data.get("model", "llama-3-8b")
         data = apply_overrides(data, overrides, source)
+        if not any(o.split("=", 1)[0].strip() == "name" for o in overrides):
+            data = _name_follows_model(data, before)
     return scenario_from_dict(data, source, base_dir)
+
+
+def _name_follows_model(data: dict, before) -> dict:
+    """After ``--set model=X`` (and no ``--set name=``) the scenario's name says X: the old
+    model's name in it (``llama-3-8b`` or ``llama3-8b``) replaced, else ``-X`` appended."""
+    after, name = data.get("model"), data.get("name")
+    if not isinstance(after, str) or not isinstance(before, str) or after == before or not isinstance(name, str):
+        return data
+    spellings = {before, before.replace("-", "")} | {
+        before[:i] + before[i + 1:] for i, ch in enumerate(before) if ch == "-"}
+    for old in sorted(spellings, key=len, reverse=True):
+        at = name.lower().find(old.lower())
+        if at >= 0:
+            return {**data, "name": name[:at] + after + name[at + len(old):]}
+    return {**data, "name": f"{name}-{after}"}
 
 
 def read_scenario_file(path: str | Path) -> dict:

@@ -185,16 +185,17 @@ def print_study_data(run, fmt: str) -> None:
     import json
     import sys
 
+    from sim.results.metrics import ms_keys
     from sim.study.report import answer_columns
 
     out = run.outcome
     cols = ["config", *[c for c in answer_columns(run) if c in out.configs and c != "config"]]
     if fmt == "csv":
-        out.configs[cols].to_csv(sys.stdout, index=False)
+        ms_keys(out.configs[cols]).to_csv(sys.stdout, index=False)
         return
-    best = _records(out.configs[out.configs["config"] == out.best["config"]])[0] if out.best else None
+    best = _records(ms_keys(out.configs[out.configs["config"] == out.best["config"]]))[0] if out.best else None
     print(json.dumps({"study": run.plan.name, "objective": run.plan.study.objective.kind, "note": out.note,
-                      "best": best, "configs": _records(out.configs[cols])}, indent=2))
+                      "best": best, "configs": _records(ms_keys(out.configs[cols]))}, indent=2))
 
 
 def cmd_compare(args) -> int:

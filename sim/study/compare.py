@@ -13,6 +13,7 @@ from plotly.subplots import make_subplots
 
 from sim.results import plotlyjs
 from sim.results.atomic import Staging
+from sim.results.metrics import ms_keys
 from sim.results.plotstyle import base_layout, color_map, log_axis, wide
 from sim.results.report import figure_html, latency_cdfs, page
 from sim.scenario.schema import Scenario, scenario_from_dict
@@ -186,9 +187,9 @@ def print_compare(entries: list[Entry], fmt: str) -> None:
     frame = summary_frame(entries)
     keep = [c for c in frame.columns if c not in ("classes",)]
     if fmt == "csv":
-        frame[keep].to_csv(sys.stdout, index=False)
+        ms_keys(frame[keep]).to_csv(sys.stdout, index=False)
     elif fmt == "json":
-        print(json.dumps(json.loads(frame[keep].to_json(orient="records")), indent=2))
+        print(json.dumps(json.loads(ms_keys(frame[keep]).to_json(orient="records")), indent=2))
     else:
         head, rows = metric_rows(frame)
         print_rows(Table(*head, title="compare"), rows)
@@ -226,7 +227,7 @@ def write_compare(entries: list[Entry], out_dir: Path, png: bool, plotly: str = 
     title = "compare: " + " vs ".join(e.name for e in entries)
     warnings = []
     with Staging(out_dir) as st:
-        frame.drop(columns=["classes"], errors="ignore").to_csv(st.file("summary.csv"), index=False)
+        ms_keys(frame.drop(columns=["classes"], errors="ignore")).to_csv(st.file("summary.csv"), index=False)
         for name, df in ok.items():
             safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
             df.to_parquet(st.file(f"requests-{safe}.parquet"), index=False)

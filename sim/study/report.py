@@ -245,11 +245,13 @@ def write_outputs(run: StudyRun, out_dir: str | Path, png: bool = False, plotly:
         "runs": run.progress.done, "failed": run.progress.failed,
         "reused": run.progress.reused, "wall_s": run.wall_s,
     }
+    from sim.results.metrics import ms_keys
+
     figs = build_figures(run)
     run.warnings = []
     with Staging(out_dir) as st:
         for name, df in (("runs", run.outcome.runs), ("configs", run.outcome.configs)):
-            df.to_csv(st.file(f"{name}.csv"), index=False)
+            ms_keys(df).to_csv(st.file(f"{name}.csv"), index=False)  # latencies in ms (parquet: seconds)
             df.to_parquet(st.file(f"{name}.parquet"), index=False)
         st.file("answer.json").write_text(json.dumps(answer, indent=2, default=str))
         write_report(run, st.file("report.html"), figs, plotly)

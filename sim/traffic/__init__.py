@@ -40,6 +40,10 @@ class Workload:
     notes: tuple[str, ...] = ()  # what trace readers dropped, worth telling the user
     closed_loop: tuple[int, float] | None = None  # (users, think time): arrivals set as the run goes
     traces: tuple[dict, ...] = ()  # each trace file used: path, sha256, rows used, scaling
+    # (start, end, factor) of each burst of a rate schedule, in the run's seconds (after rate_scale)
+    bursts: tuple[tuple[float, float, float], ...] = ()
+    # what ended the arrivals: {"by": "num_requests" | "duration_s" | "traffic", and the bounds given}
+    ended_by: dict | None = None
 
     def __len__(self) -> int:
         return len(self.arrival)
@@ -58,11 +62,46 @@ def build_workload(scenario, *, block_size: int | None = None) -> Workload:
     Prefix ids are for KV blocks of ``block_size`` tokens (default: the scheduler's).
     ``workload.rate_scale`` then compresses all arrival times (every class's rate × scale)."""
     w = _build(scenario, block_size)
-    a = scenario.workload.arrival
-    if scenario.workload.classes is None and a.process == "closed":
+    spec = scenario.workload
+    a = spec.arrival
+    if spec.classes is None and a.process == "closed":
         return replace(w, closed_loop=(a.concurrency, a.think_time_s))
-    scale = scenario.workload.rate_scale
+    scale = spec.rate_scale
+    n, duration = bounds(spec)
+    w = replace(w, bursts=tuple((b.at_s / scale, b.end_s / scale, b.factor) for b in bursts_of(spec)),
+                ended_by=ended_by(w.arrival, n, duration))
     return w if scale == 1.0 else replace(w, arrival=w.arrival / scale)
+
+
+def bounds(w) -> tuple[int | None, float | None]:
+    """The workload's own (num_requests, duration_s), as they bound its arrivals: a trace
+    replays whole unless num_requests is given; ``duration_s`` given without ``num_requests``
+    runs for the duration (the default num_requests does not cut it short); both given: the
+    first reached ends the arrivals."""
+    given = w.model_fields_set
+    n = w.num_requests if "num_requests" in given else None
+    if n is None and w.classes is None and w.trace is None and "duration_s" not in given:
+        n = w.num_requests  # the default count
+    return n, w.duration_s
+
+
+def ended_by(arrival: np.ndarray, n: int | None, duration: float | None) -> dict:
+    """Which bound ended the arrivals: ``num_requests`` (reached), ``duration_s``, or
+    ``traffic`` (a trace or a schedule ran out first); with the bounds that were given."""
+    by = ("num_requests" if n is not None and len(arrival) >= n
+          else "duration_s" if duration is not None else "traffic")
+    out: dict = {"by": by, "last_arrival_s": float(arrival[-1]) if len(arrival) else 0.0}
+    if n is not None:
+        out["num_requests"] = n
+    if duration is not None:
+        out["duration_s"] = duration
+    return out
+
+
+def bursts_of(w) -> list:
+    """Every burst of the workload's rate schedules (each class's)."""
+    streams = [w] if w.classes is None else list(w.classes)
+    return [b for st in streams for b in getattr(getattr(st.arrival, "rate", None), "bursts", ())]
 
 
 def _build(scenario, block_size: int | None) -> Workload:
@@ -71,8 +110,7 @@ def _build(scenario, block_size: int | None) -> Workload:
     source = getattr(scenario, "source", "") or f"scenario {scenario.name!r}"
     explicit_n = w.num_requests if "num_requests" in w.model_fields_set else None
     if w.classes is None:
-        # Traces replay whole unless num_requests is given; generated traffic uses its default.
-        n = explicit_n if w.trace is not None else w.num_requests
+        n, _ = bounds(w)
         ctx = StreamContext(source, scenario.seed, (), 0, "workload", scenario.resolve,
                             block_size, n, w.duration_s)
         t = build_stream(w, ctx)

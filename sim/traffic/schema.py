@@ -8,6 +8,8 @@ named stream with its own SLO and priority.
 
 from __future__ import annotations
 
+import itertools
+import re
 from typing import Annotated, ClassVar, Literal
 
 from pydantic import (
@@ -17,8 +19,11 @@ from pydantic import (
     Field,
     NonNegativeFloat,
     PositiveFloat,
+    TypeAdapter,
+    ValidationError,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 # Every schema model (scenario, study): unknown fields are errors, values keep their YAML type
 # (``true`` is not 1, ``"8"`` is not 8; an int is a valid float) and floats are finite.
@@ -101,31 +106,147 @@ def _one_scaling(spec):
     return spec
 
 
+# -- rates that change over time ------------------------------------------------------------
+MAX_BURSTS = 10_000
+
+
+class RateSegment(Strict):
+    """``duration_s`` seconds at ``rate`` requests/s, or ramping linearly from ``rate`` to
+    ``ramp_to`` over the segment."""
+
+    duration_s: PositiveFloat
+    rate: NonNegativeFloat
+    ramp_to: NonNegativeFloat | None = None
+
+
+class Diurnal(Strict):
+    """A daily (or any periodic) curve: ``mean + amplitude·cos(2π(t − phase_s)/period_s)``
+    requests/s, at its peak at ``phase_s`` (and every period after)."""
+
+    mean: PositiveFloat
+    amplitude: NonNegativeFloat
+    period_s: PositiveFloat = 86_400.0
+    phase_s: NonNegativeFloat = 0.0
+
+    @model_validator(mode="after")
+    def _never_negative(self):
+        if self.amplitude > self.mean:
+            raise ValueError(f"amplitude ({self.amplitude:g}) must be ≤ mean ({self.mean:g}): "
+                             "the rate cannot go below 0")
+        return self
+
+
+BURST_TEXT = re.compile(r"^\s*[x×]\s*([0-9.eE+-]+)\s+for\s+([0-9.eE+-]+)\s*s\s+at\s+([0-9.eE+-]+)\s*s\s*$")
+
+
+def _burst_from_text(v):
+    """``"x2 for 60 s at 120 s"`` (or ``×2``) as a burst's fields."""
+    if isinstance(v, str):
+        m = BURST_TEXT.match(v)
+        if not m:
+            raise ValueError(f"expected a burst like 'x2 for 60 s at 120 s' or "
+                             f"{{factor: 2, duration_s: 60, at_s: 120}}, got {v!r}")
+        try:
+            return {"factor": float(m[1]), "duration_s": float(m[2]), "at_s": float(m[3])}
+        except ValueError:
+            raise ValueError(f"expected numbers in a burst like 'x2 for 60 s at 120 s', got {v!r}") from None
+    return v
+
+
+class Burst(Strict):
+    """The rate times ``factor`` for ``duration_s`` seconds from ``at_s`` (write it as
+    ``"x2 for 60 s at 120 s"`` or as these fields)."""
+
+    factor: Annotated[float, Field(gt=0, le=1e6)]
+    duration_s: PositiveFloat
+    at_s: NonNegativeFloat
+
+    @property
+    def end_s(self) -> float:
+        return self.at_s + self.duration_s
+
+
+class RateSchedule(Strict):
+    """An arrival rate that changes over time: a constant ``base``, piecewise ``segments``
+    (the last segment's final rate holds after it) or a ``diurnal`` curve, with optional
+    ``bursts`` multiplying it. Arrivals follow it by a time change of the process (see
+    ``sim.traffic.rates``)."""
+
+    base: PositiveFloat | None = None
+    segments: Annotated[tuple[RateSegment, ...], AsTuple, Field(min_length=1, max_length=100_000)] | None = None
+    diurnal: Diurnal | None = None
+    bursts: Annotated[tuple[Annotated[Burst, BeforeValidator(_burst_from_text)], ...], AsTuple,
+                      Field(max_length=MAX_BURSTS)] = ()
+
+    @model_validator(mode="after")
+    def _one_curve(self):
+        given = [k for k in ("base", "segments", "diurnal") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("a rate schedule needs exactly one of base (req/s), segments "
+                             "([{duration_s: 60, rate: 10}, {duration_s: 60, rate: 10, ramp_to: 20}]) "
+                             "or diurnal ({mean, amplitude, period_s, phase_s})"
+                             + (f"; got {' and '.join(given)}" if given else ""))
+        if self.segments is not None and not any(
+                max(s.rate, s.ramp_to or 0.0) > 0 for s in self.segments):
+            raise ValueError("segments: every rate is 0, so no request would ever arrive")
+        ordered = sorted(self.bursts, key=lambda b: b.at_s)
+        for a, b in itertools.pairwise(ordered):
+            if b.at_s < a.end_s:
+                raise ValueError(f"bursts overlap: the one at {b.at_s:g} s starts before the one at "
+                                 f"{a.at_s:g} s ends ({a.end_s:g} s); merge them into one")
+        return self
+
+
+def _rate_or_schedule(v):
+    """A mapping goes on to the schedule (whose errors are then the ones shown); anything else
+    must be a positive number of requests per second."""
+    if isinstance(v, dict | RateSchedule):
+        return v
+    try:
+        return _PLAIN_RATE.validate_python(v)
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise PydanticCustomError(err["type"], err["msg"] + " (requests/s), or a schedule such as {base: 10, "
+                                  "bursts: ['x2 for 60 s at 120 s']}, {segments: [...]} or {diurnal: "
+                                  "{mean, amplitude, period_s, phase_s}}") from None
+
+
+_PLAIN_RATE = TypeAdapter(PositiveFloat, config=STRICT)
+# the schedule first: a mapping's errors are the schedule's, not "Input should be a valid number"
+Rate = Annotated[RateSchedule | PositiveFloat, Field(union_mode="left_to_right"),
+                 BeforeValidator(_rate_or_schedule)]
+
+
 # -- arrivals --------------------------------------------------------------------------------
 class PoissonArrivals(Strict):
     process: Literal["poisson"]
-    rate: PositiveFloat  # requests per second
+    rate: Rate  # requests per second, or a schedule
 
 
 class GammaArrivals(Strict):
     """Bursty arrivals: gamma inter-arrival times with a coefficient of variation (1 = Poisson)."""
 
     process: Literal["gamma"]
-    rate: PositiveFloat
+    rate: Rate
     cv: Annotated[float, Field(ge=1e-3, le=1e3)]  # below 0.001, use process: constant
 
 
 class ConstantArrivals(Strict):
     process: Literal["constant"]
-    rate: PositiveFloat
+    rate: Rate
 
 
 class TraceArrivals(TraceFile):
-    """Arrival times replayed from a trace file (lengths come from the length distributions)."""
+    """Arrival times replayed from a trace file (lengths come from the length distributions):
+    the slice [``start_s``, ``start_s + duration_s``) of the file, time-scaled, and with
+    ``loop`` replayed back to back until the stream's num_requests or duration_s ends it."""
 
     process: Literal["trace"]
     time_scale: PositiveFloat = 1.0  # >1 stretches time (lower rate)
     rate: PositiveFloat | None = None  # rescale to this mean rate (instead of time_scale)
+    start_s: NonNegativeFloat = 0.0  # the slice replayed, in the file's own seconds
+    duration_s: PositiveFloat | None = None
+    loop: bool = False
 
     @model_validator(mode="after")
     def _one_scaling(self):
@@ -144,9 +265,30 @@ class ClosedArrivals(Strict):
     think_time_s: NonNegativeFloat = 0.0
 
 
+def needs_tag(tag: str, examples: dict[str, str]):
+    """A validator run before a tagged union: a block without a known ``tag`` is refused with
+    what to write (pydantic would say only that it cannot extract the tag)."""
+    def check(v):
+        if isinstance(v, dict) and isinstance(v.get(tag), str) and v[tag] in examples:
+            return v
+        # pydantic's message adds the value given, except for a mapping: say what it lacks
+        got = ((f" (got {tag}: {v.get(tag)!r})" if tag in v else f" (got no '{tag}')")
+               if isinstance(v, dict) else "")
+        raise ValueError(f"expected {tag}: one of {', '.join(examples)}; for example "
+                         + "; ".join(examples.values()) + got)
+    return BeforeValidator(check)
+
+
+ARRIVAL_EXAMPLES = {
+    "poisson": "{process: poisson, rate: 4}",
+    "gamma": "{process: gamma, rate: 4, cv: 2}",
+    "constant": "{process: constant, rate: 4}",
+    "trace": "{process: trace, path: trace.csv, format: azure}",
+    "closed": "{process: closed, concurrency: 16}",
+}
 Arrivals = Annotated[
     PoissonArrivals | GammaArrivals | ConstantArrivals | TraceArrivals | ClosedArrivals,
-    Field(discriminator="process"),
+    Field(discriminator="process"), needs_tag("process", ARRIVAL_EXAMPLES),
 ]
 
 
@@ -254,6 +396,7 @@ class TraceWorkload(TraceFile):
     rate: PositiveFloat | None = None  # rescale to this mean rate (instead of time_scale)
     start_s: NonNegativeFloat = 0.0
     duration_s: PositiveFloat | None = None
+    loop: bool = False  # replay the slice back to back until num_requests or duration_s
     hash_block_size: PositiveInt = 512  # mooncake: tokens per hash id
 
     FORMAT_ONLY: ClassVar[dict[str, tuple[str, ...]]] = {
@@ -327,6 +470,11 @@ class Stream(Strict):
                 raise ValueError(f"give either 'trace' or {sorted(both)}, not both")
             if self.conversations is not None:
                 raise ValueError("'conversations' needs generated traffic, not a 'trace'")
+            if closed and self.trace.loop and "num_requests" not in self.model_fields_set:
+                raise ValueError("closed-loop arrivals with trace.loop need num_requests")
+            if (self.trace.loop and not bounded_elsewhere and self.duration_s is None
+                    and "num_requests" not in self.model_fields_set):
+                raise ValueError("trace.loop replays the trace without end; give num_requests or duration_s")
             if self.shared_prefix is not None and self.trace.format == "mooncake":
                 raise ValueError("'shared_prefix' cannot be combined with a mooncake trace, "
                                  "whose hash_ids already say which prefixes are shared")
@@ -355,10 +503,11 @@ class TrafficClass(Stream):
 class WorkloadSpec(Stream):
     """Single-class traffic at the top level, or ``classes``. With classes, ``num_requests``
     and ``duration_s`` (when given) cut the merged traffic, and bound any class that sets
-    neither itself."""
+    neither itself. Both given: the first reached ends the arrivals; ``duration_s`` alone is
+    not cut by the default ``num_requests`` (``sim.traffic.bounds``)."""
 
     rate_scale: PositiveFloat = 1.0  # multiplies every arrival rate (divides all arrival times)
-    num_requests: NumRequests | None = 1000
+    num_requests: NumRequests | None = 1000  # the default applies when neither bound is given
     classes: Annotated[tuple[TrafficClass, ...], AsTuple] | None = None
 
     @model_validator(mode="after")

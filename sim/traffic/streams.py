@@ -13,10 +13,11 @@ import numpy as np
 from sim import inputs
 from sim.errors import ScenarioError
 from sim.traffic import block_hashes
-from sim.traffic.arrivals import arrival_times
+from sim.traffic.arrivals import arrival_times, expected_arrivals
 from sim.traffic.conversations import TooManyTurns, conversation_turns
 from sim.traffic.lengths import sample_lengths
 from sim.traffic.ragged import take_rows
+from sim.traffic.rates import rate_text
 from sim.traffic.schema import MAX_REQUESTS
 from sim.traffic.trace_formats import read_trace
 from sim.traffic.traces import Trace, rescale_times
@@ -86,18 +87,17 @@ def _replayed(s, ctx: StreamContext) -> StreamTraffic:
     spec = s.trace
     tr = read_trace(spec, ctx.resolve(spec.path), f"{ctx.field}.trace.path")
     rows_read = len(tr)
-    t = tr.arrival
-    keep = t >= spec.start_s
-    if spec.duration_s is not None:
-        keep &= t < spec.start_s + spec.duration_s
-    tr = tr.take(keep)
-    if ctx.num_requests is not None:
+    tr = tr.take(_window(tr.arrival, spec))
+    if ctx.num_requests is not None and not spec.loop:
         tr = tr.take(np.arange(min(ctx.num_requests, len(tr))))
     if not len(tr):
         raise ScenarioError(str(ctx.resolve(spec.path)), f"{ctx.field}.trace",
                             "no requests in the chosen window (start_s, duration_s)")
     closed = s.arrival.process == "closed"  # users send the trace's requests in order
     t = np.zeros(len(tr)) if closed else _rescaled(tr.arrival, spec, ctx, f"{ctx.field}.trace")
+    if spec.loop:  # copies of the slice back to back, each copy's rows in turn
+        t = np.zeros(ctx.num_requests) if closed else looped(t, ctx.num_requests, ctx.duration_s)
+        tr = tr.take(np.resize(np.arange(len(tr)), len(t)))
     prompt = tr.prompt_len
     offsets = hashes = None
     if spec.format == "mooncake":
@@ -173,20 +173,51 @@ def _arrivals(s, ctx: StreamContext, num_requests: int | None) -> np.ndarray:
         return np.zeros(num_requests)
     if a.process == "trace":
         tr = read_trace(a, ctx.resolve(a.path), f"{ctx.field}.arrival.path")
-        t = _rescaled(tr.arrival, a, ctx, f"{ctx.field}.arrival")
+        sliced = tr.take(_window(tr.arrival, a))
+        if not len(sliced):
+            raise ScenarioError(str(ctx.resolve(a.path)), f"{ctx.field}.arrival",
+                                "no requests in the chosen window (start_s, duration_s)")
+        t = _rescaled(sliced.arrival, a, ctx, f"{ctx.field}.arrival")
+        if a.loop:
+            t = looped(t, num_requests, ctx.duration_s)
         if ctx.duration_s is not None:
             t = t[t < ctx.duration_s]
         if num_requests is not None:
             t = t[:num_requests]
         _record(ctx, f"{ctx.field}.arrival", a, len(tr), t, time_scale=a.time_scale, rate=a.rate)
         return t
-    if num_requests is None and a.rate * ctx.duration_s > MAX_REQUESTS:
+    expected = expected_arrivals(a.rate, ctx.duration_s) if num_requests is None else 0.0
+    if expected > MAX_REQUESTS:
         raise ScenarioError(ctx.source, f"{ctx.field}.duration_s",
-                            f"{ctx.duration_s:g} s at {a.rate:g} requests/s is about "
-                            f"{a.rate * ctx.duration_s:,.0f} requests; at most {MAX_REQUESTS:,} "
-                            "fit in one run")
+                            f"{ctx.duration_s:g} s at {rate_text(a.rate)} is about "
+                            f"{expected:,.0f} requests; at most {MAX_REQUESTS:,} fit in one run")
     return arrival_times(a.process, a.rate, ctx.rng(ARRIVALS), num_requests=num_requests,
                          duration_s=ctx.duration_s, cv=getattr(a, "cv", 1.0))
+
+
+def _window(arrival: np.ndarray, spec) -> np.ndarray:
+    """Which of a trace's (sorted, from 0) arrivals lie in its slice [start_s, start_s + duration_s)."""
+    keep = arrival >= spec.start_s
+    if spec.duration_s is not None:
+        keep &= arrival < spec.start_s + spec.duration_s
+    return keep
+
+
+def looped(t: np.ndarray, num_requests: int | None, duration_s: float | None) -> np.ndarray:
+    """Arrival times ``t`` (sorted, from 0) replayed back to back: each copy starts one mean
+    gap after the previous copy's last arrival (a single arrival: 1 s after), until
+    ``num_requests`` or ``duration_s``, whichever comes first."""
+    t = t - t[0]
+    span = float(t[-1])
+    period = span + (span / (len(t) - 1) if len(t) > 1 and span > 0 else 1.0)
+    copies = []
+    if num_requests is not None:
+        copies.append(-(-num_requests // len(t)))
+    if duration_s is not None:
+        copies.append(int(np.ceil(duration_s / period)) + 1)
+    n = min(min(copies), max(1, MAX_REQUESTS // len(t)))
+    out = (t[None, :] + period * np.arange(n)[:, None]).ravel()
+    return out if num_requests is None else out[:num_requests]
 
 
 def _empirical(spec, field: str, ctx: StreamContext) -> np.ndarray | None:

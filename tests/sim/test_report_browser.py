@@ -13,12 +13,14 @@ from tests.conftest import REPO
 @pytest.mark.parametrize("args", [
     ["--set", "workload.num_requests=200", "--set", "replicas=2"],
     [str(REPO / "scenarios" / "multi-class.yaml"), "--set", "workload.duration_s=20", "--set", "replicas=6"],
-], ids=["two-replicas", "six-replicas-two-classes"])
+    [str(REPO / "scenarios" / "burst.yaml"), "--set", "workload.duration_s=40",
+     "--set", "workload.arrival.rate.bursts=['x2 for 10 s at 20 s']"],
+], ids=["two-replicas", "six-replicas-two-classes", "burst"])
 def test_run_report_renders_its_plots(chromium, tmp_path, args):
     out = tmp_path / "run"
     assert main(["run", "--out", str(out), *args]) == 0
     found, log = render(chromium, out / "report.html", tmp_path)
-    assert found["plots"] == 2 and found["drawn"] == 2  # latency CDFs, state over time
+    assert found["plots"] == 3 and found["drawn"] == 3  # latency CDFs, traffic over time, engines over time
     assert all(n > 0 for n in found["traces"]) and all(n > 0 for n in found["marks"])
     assert found["errors"] == [] and console_errors(log) == []
 
