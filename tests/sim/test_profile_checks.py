@@ -104,3 +104,12 @@ def test_a_study_checks_every_configuration_s_profile_before_running(tmp_path, c
     assert code == 2 and "configuration [gpu=H100]" in text
     assert "measured on A100-80GB, the scenario simulates H100" in text
     assert not (tmp_path / "out" / "runs.jsonl").exists()
+
+
+def test_compare_checks_each_scenario_s_profile_before_running(tmp_path, capsys):
+    good = scenario(tmp_path, A100)
+    bad = tmp_path / "h100.yaml"
+    bad.write_text(good.read_text().replace("gpu: A100-80GB", "gpu: H100"))
+    code, text = run(capsys, "compare", good, bad, "--out", tmp_path / "out", "--jobs", "1")
+    assert code == 2 and "measured on A100-80GB, the scenario simulates H100" in text, text
+    assert not (tmp_path / "out").exists()
