@@ -208,12 +208,17 @@ class RayRunner(Runner):
             # happens to run on this machine.
             kwargs = {"address": address} if address else {
                 "address": "local", "num_cpus": workers or os.cpu_count()}
-            if address:
-                check_reachable(address, timeout)
+            kwargs |= {"include_dashboard": False, "log_to_driver": False, "ignore_reinit_error": True,
+                       "logging_level": "warning",
+                       "runtime_env": {"env_vars": passed_env()} if passed_env() else None}
             try:
-                ray.init(**kwargs, include_dashboard=False, log_to_driver=False,
-                         ignore_reinit_error=True, logging_level="warning",
-                         runtime_env={"env_vars": passed_env()} if passed_env() else None)
+                if address:
+                    check_reachable(address, timeout)
+                    join_within(ray, kwargs, address, timeout)
+                else:
+                    ray.init(**kwargs)
+            except StudyError:
+                raise
             except Exception as e:  # a bad address, no cluster there, Ray failing to start
                 raise StudyError("--address" if address else "--runner ray", address,
                                  f"cannot start or join Ray: {type(e).__name__}: {e}") from None
@@ -273,6 +278,34 @@ def check_reachable(address: str, timeout: float) -> None:
                          f"{timeout:g} s): check that the cluster is up and this is its address (a Ray "
                          "Client address looks like ray://head:10001), or leave --address out to start a "
                          "local Ray instance; --connect-timeout sets the wait") from None
+
+
+def join_within(ray, kwargs: dict, address: str, timeout: float) -> None:
+    """``ray.init(**kwargs)`` for a cluster at ``address``, refused (``StudyError``) when it has not
+    answered within ``timeout`` seconds: something that accepts connections there but never
+    answers (not Ray, or a Ray that hangs) would keep Ray waiting indefinitely. It waits on a
+    thread of its own, so that the study can give up on it."""
+    import threading
+
+    from sim.study.schema import StudyError
+
+    outcome: list[BaseException | None] = []
+
+    def join() -> None:
+        try:
+            ray.init(**{**kwargs, "logging_level": "error"})  # (not the main thread: Ray warns that it sets no handler)
+            outcome.append(None)
+        except Exception as e:
+            outcome.append(e)
+
+    waiter = threading.Thread(target=join, name="servesim-ray-join", daemon=True)
+    waiter.start()
+    waiter.join(timeout)
+    if not outcome:
+        raise StudyError("--address", address, f"Ray there did not answer within {timeout:g} s: check that this is "
+                         "a Ray cluster's address and that it is up; --connect-timeout sets the wait")
+    if outcome[0] is not None:
+        raise outcome[0]
 
 
 def passed_env() -> dict[str, str]:

@@ -191,6 +191,20 @@ def test_an_unreachable_ray_cluster_is_refused_not_waited_on(study, tmp_path):
     assert not (tmp_path / "out" / RUNS_FILE).exists()
 
 
+def test_an_address_that_accepts_but_never_answers_is_refused_after_the_timeout(study, tmp_path):
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()  # accepts connections (the kernel does), never says a word
+        port = silent.getsockname()[1]
+        p = subprocess.run([sys.executable, "-m", "sim.cli", "study", str(study), "--out", str(tmp_path / "out"),
+                            "--runner", "ray", "--address", f"127.0.0.1:{port}", "--connect-timeout", "3"],
+                           capture_output=True, text=True, cwd=REPO, timeout=300,
+                           env={**os.environ, "PYTHONPATH": str(REPO)})
+    text = " ".join(p.stderr.split())
+    assert p.returncode == 2, text
+    assert f"--address: 127.0.0.1:{port}: Ray there did not answer within 3 s" in text and "Traceback" not in text
+
+
 def test_a_large_study_needs_yes_or_a_max_runs_it_fits(tmp_path, capsys, monkeypatch):
     import sim.study.runners
 
