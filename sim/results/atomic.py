@@ -185,7 +185,7 @@ class Staging:
             shutil.copystat(self.folder, self.beside)
         except OSError:
             return False
-        exchange(self.beside, self.folder)
+        exchange(self.beside, self.folder.resolve())  # (a link to the folder stays one)
         shutil.rmtree(self.beside, ignore_errors=True)  # now the previous folder
         self.beside = None
         return True
