@@ -176,16 +176,21 @@ def test_workers_die_with_a_killed_study_and_release_its_streams(tmp_path):
         proc.kill()
 
 
+def _study_on_ray(study: Path, out: Path, port: int, wait_s: int) -> tuple[int, str]:
+    """``servesim study --runner ray --address 127.0.0.1:PORT`` in a subprocess (a hang fails it)."""
+    p = subprocess.run([sys.executable, "-m", "sim.cli", "study", str(study), "--out", str(out), "--runner", "ray",
+                        "--address", f"127.0.0.1:{port}", "--connect-timeout", str(wait_s)],
+                       capture_output=True, text=True, cwd=REPO, timeout=300,
+                       env={**os.environ, "PYTHONPATH": str(REPO)})
+    return p.returncode, " ".join(p.stderr.split())
+
+
 def test_an_unreachable_ray_cluster_is_refused_not_waited_on(study, tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed once the block ends
-    p = subprocess.run([sys.executable, "-m", "sim.cli", "study", str(study), "--out", str(tmp_path / "out"),
-                        "--runner", "ray", "--address", f"127.0.0.1:{port}", "--connect-timeout", "2"],
-                       capture_output=True, text=True, cwd=REPO, timeout=300,
-                       env={**os.environ, "PYTHONPATH": str(REPO)})
-    text = " ".join(p.stderr.split())
-    assert p.returncode == 2, text
+    code, text = _study_on_ray(study, tmp_path / "out", port, 2)
+    assert code == 2, text
     assert f"--address: 127.0.0.1:{port}: cannot reach Ray at 127.0.0.1:{port} (Connection refused" in text
     assert "Traceback" not in text
     assert not (tmp_path / "out" / RUNS_FILE).exists()
@@ -195,14 +200,9 @@ def test_an_address_that_accepts_but_never_answers_is_refused_after_the_timeout(
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen()  # accepts connections (the kernel does), never says a word
-        port = silent.getsockname()[1]
-        p = subprocess.run([sys.executable, "-m", "sim.cli", "study", str(study), "--out", str(tmp_path / "out"),
-                            "--runner", "ray", "--address", f"127.0.0.1:{port}", "--connect-timeout", "3"],
-                           capture_output=True, text=True, cwd=REPO, timeout=300,
-                           env={**os.environ, "PYTHONPATH": str(REPO)})
-    text = " ".join(p.stderr.split())
-    assert p.returncode == 2, text
-    assert f"--address: 127.0.0.1:{port}: Ray there did not answer within 3 s" in text and "Traceback" not in text
+        code, text = _study_on_ray(study, tmp_path / "out", silent.getsockname()[1], 3)
+    assert code == 2, text
+    assert "Ray there did not answer within 3 s" in text and "Traceback" not in text
 
 
 def test_a_large_study_needs_yes_or_a_max_runs_it_fits(tmp_path, capsys, monkeypatch):
