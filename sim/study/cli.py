@@ -62,8 +62,11 @@ def _runner_args(p: argparse.ArgumentParser) -> None:
 
 
 def _check_runner_args(args, png: bool = False) -> None:
+    from sim.core.buildcache import interpreted
+
     if args.address is not None and args.runner != "ray":
         raise StudyError("--address", None, "applies only to --runner ray")
+    interpreted()  # where the build goes, said here (once) rather than by workers that have no stderr
     if args.allow_profile_mismatch:
         from sim.pricing.profile_checks import allow_mismatch
 
