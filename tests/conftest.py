@@ -9,10 +9,10 @@ from pathlib import Path
 # Triton kernels run on the CPU through the interpreter; it must be chosen before triton loads.
 os.environ.setdefault("TRITON_INTERPRET", "1")
 # The compiled core checks every array index in tests (an IndexError, not memory corruption);
-# its builds are kept apart from unchecked ones (sim/core/jit.py stamps them with the setting).
+# its builds are kept apart from unchecked ones (sim/core/buildcache.py stamps them with the setting).
 os.environ.setdefault("NUMBA_BOUNDSCHECK", "1")
 # A first small `servesim run` would otherwise run the core as Python while a background process
-# builds it (sim/core/build.py); the suite compiles in the foreground (tests/sim/test_build.py
+# builds it (sim/cli/prebuild.py); the suite compiles in the foreground (tests/sim/test_build.py
 # covers the background path).
 os.environ.setdefault("SERVESIM_BACKGROUND_BUILD", "0")
 

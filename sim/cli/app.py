@@ -15,7 +15,7 @@ from sim.results import plotlyjs
 
 
 def cmd_run(args) -> int:
-    from sim.core import build
+    from sim.cli import prebuild
     from sim.results.write import check_results_dir
     from sim.scenario.schema import load_scenario
     from sim.traffic import build_workload
@@ -23,12 +23,17 @@ def cmd_run(args) -> int:
     scenario = load_scenario(args.scenario, args.set)
     workload = build_workload(scenario)  # reads and checks traces before anything runs
     check_results_dir(args.out, args.format)  # and the output folder
-    if not args.profile_sim and build.should_interpret_first_run(scenario.simulation.loop, len(workload)):
-        build.interpret_this_process()  # before the core is imported: this run does not wait for numba
-        build.start_background_build()
-    elif build.is_ready():
-        build.mark_used()
+    if not args.profile_sim and prebuild.should_interpret_first_run(scenario.simulation.loop, len(workload)):
+        prebuild.interpret_this_process()  # before the core is imported: this run does not wait for numba
+        prebuild.start_background_build()
+    elif prebuild.is_ready():
+        prebuild.mark_used()
     from sim.loops.run import simulate
+    from sim.pricing import profile_checks  # (imports the core: after the choice above)
+
+    if args.allow_profile_mismatch:
+        profile_checks.allow_mismatch()
+    profile_checks.check_scenario(scenario)  # a cost profile measured on what the scenario simulates
 
     settle()
     bar, cb = progress_callback(len(workload))
@@ -157,6 +162,9 @@ def build_parser(extras: bool = True) -> argparse.ArgumentParser:
     run.add_argument("--format", choices=["parquet", "csv"], default="parquet",
                      help="format of the requests and steps tables (default: parquet)")
     run.add_argument("--plotlyjs", choices=plotlyjs.MODES, default="file", help=plotlyjs.HELP)
+    run.add_argument("--allow-profile-mismatch", action="store_true",
+                     help="price with a cost profile measured on another GPU, model, dtype or engine than the "
+                          "scenario's, with a warning (default: refuse)")
     run.add_argument("--profile-sim", action="store_true",
                      help="print where the simulator's own time goes (cProfile)")
     run.set_defaults(func=cmd_run)

@@ -98,9 +98,10 @@ def finish_run(result, out: str, fmt: str, verb: str, workload=None, plotly: str
         if compiled_this_process():
             console.print("(this run compiled the simulation loop first; later runs load the cached build)")
     elif result.loop == "interpreted":
-        from sim.core import build
+        from sim.cli import prebuild
 
-        console.print("(the core ran as plain Python: numba is not installed or SERVESIM_JIT=0)" if not build.first_run
+        console.print("(the core ran as plain Python: numba is not installed, SERVESIM_JIT=0, or no folder to keep "
+                      "its build in)" if not prebuild.first_run
                       else "(first run of this version of the core: it ran as plain Python while the compiled "
                       "build is made in the background; later runs load it)")
     console.print(f"{verb} {len(result.requests)} requests in {result.wall_s:.2f} s wall; "

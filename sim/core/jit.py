@@ -1,6 +1,6 @@
 """Compiling the core with numba, or not.
 
-``jit`` marks a core function: compiled once (and cached on disk per user, ``build``),
+``jit`` marks a core function: compiled once (and cached on disk per user, ``buildcache``),
 callable from other compiled functions only; ``leaf`` a small one, inlined where it is called.
 ``entry`` marks the functions Python calls — the compiled loop, the calls the SimPy loop makes,
 pricing. Core functions take the run's state as a few typed structures (``struct``: numba
@@ -11,10 +11,11 @@ the same results, slowly.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
-from sim.core.build import CORE_FILES, CORE_STAMP, interpreted, user_cache
+from sim.core.buildcache import CORE_FILES, CORE_STAMP, build_folder, interpreted, note
 
 HAVE_NUMBA = False  # whether the core is compiled: numba is installed and not turned off (SERVESIM_JIT=0)
 if not interpreted():
@@ -27,10 +28,12 @@ if not interpreted():
 
 # Numba's cache checks only a function's own file, so a change to a callee elsewhere would leave a
 # caller's stale build in use: here every file of the core stamps every cached function
-# (``build.CORE_STAMP``), and any change recompiles them all. The builds live in a folder per user
-# named by that stamp (so every checkout of the same core shares one build), or under
-# NUMBA_CACHE_DIR when it is set, or beside the source when neither is writable. Builds with
-# array bounds checks (NUMBA_BOUNDSCHECK=1, as the tests run) get their own stamp.
+# (``buildcache.CORE_STAMP``), and any change recompiles them all. The builds live in one folder
+# (``buildcache.build_folder``: NUMBA_CACHE_DIR, the user's cache, or a temporary one), one
+# subfolder per package, so every checkout of the same core shares one build. Builds with array
+# bounds checks (NUMBA_BOUNDSCHECK=1, as the tests run) get their own stamp. A cache entry that
+# cannot be read back (a truncated file) is removed and compiled again, and one that cannot be
+# written leaves the run uncached: the build never stops a run.
 
 
 if HAVE_NUMBA:
@@ -39,9 +42,16 @@ if HAVE_NUMBA:
     def _public(name: str):  # numba < 0.62 names them with a leading underscore
         return getattr(_caching, name, None) or getattr(_caching, f"_{name}")
 
-    class _CoreStamp:
+    class _Stamp:
         def get_source_stamp(self):
             return CORE_STAMP
+
+    class CoreBuildLocator(_Stamp, _public("InTreeCacheLocator")):
+        """The core's builds in ``build_folder()``, one subfolder per package (core, pricing, loops)."""
+
+        def __init__(self, py_func, py_file):
+            super().__init__(py_func, py_file)
+            self._cache_path = str(build_folder() / Path(py_file).resolve().parent.name)
 
         @classmethod
         def from_function(cls, py_func, py_file):
@@ -49,24 +59,43 @@ if HAVE_NUMBA:
                 return None
             return super().from_function(py_func, py_file)
 
-    class CoreUserProvidedLocator(_CoreStamp, _public("UserProvidedCacheLocator")):
-        """The core's builds under NUMBA_CACHE_DIR."""
+    _public("CacheImpl")._locator_classes[:0] = [CoreBuildLocator]
 
-    class CoreSharedLocator(_CoreStamp, _public("InTreeCacheLocator")):
-        """The core's builds in the user's cache, one folder per version of the core."""
+    class SafeFunctionCache(_caching.FunctionCache):
+        """A core function's cache that a broken entry or a failed write cannot stop: what cannot
+        be loaded is removed (then compiled and saved again), what cannot be saved is skipped."""
 
-        def __init__(self, py_func, py_file):
-            super().__init__(py_func, py_file)
-            self._cache_path = str(user_cache() / Path(py_file).resolve().parent.name)
+        def load_overload(self, sig, target_context):
+            try:
+                return super().load_overload(sig, target_context)
+            except Exception as e:  # a truncated or corrupt index or data file: EOFError, UnpicklingError, ...
+                self._forget()
+                note(f"servesim: a broken entry of the compiled build in {self._cache_path} ({type(e).__name__}: "
+                     f"{e}) was removed and is being compiled again", "broken")
+                return None
 
-    class CoreInTreeLocator(_CoreStamp, _public("InTreeCacheLocator")):
-        """The core's builds beside their source."""
+        def save_overload(self, sig, data):
+            try:
+                super().save_overload(sig, data)
+            except Exception as e:  # disk full, folder gone, an index that cannot be read
+                self._forget()
+                note(f"servesim: could not save the compiled build in {self._cache_path} ({type(e).__name__}: "
+                     f"{e}); this run goes on, and the next compiles again", "unsaved")
 
-    _public("CacheImpl")._locator_classes[:0] = [CoreUserProvidedLocator, CoreSharedLocator, CoreInTreeLocator]
+        def _forget(self) -> None:
+            """Remove this function's index, so that its data files are no longer read."""
+            with contextlib.suppress(OSError):
+                os.unlink(self._cache_file._index_path)
+
+
+def _safe(dispatcher):
+    if isinstance(getattr(dispatcher, "_cache", None), _caching.FunctionCache):
+        dispatcher._cache.__class__ = SafeFunctionCache
+    return dispatcher
 
 
 def jit(fn):
-    return _njit(cache=True, no_cpython_wrapper=True, error_model="numpy")(fn) if HAVE_NUMBA else fn
+    return _safe(_njit(cache=True, no_cpython_wrapper=True, error_model="numpy")(fn)) if HAVE_NUMBA else fn
 
 
 def leaf(fn):
@@ -75,7 +104,7 @@ def leaf(fn):
 
 
 def entry(fn):
-    return _njit(cache=True, error_model="numpy")(fn) if HAVE_NUMBA else fn
+    return _safe(_njit(cache=True, error_model="numpy")(fn)) if HAVE_NUMBA else fn
 
 
 def struct(name: str, fields: tuple[str, ...], module: str):

@@ -37,24 +37,13 @@ def make_cost_model(scenario, replica=None):
     roofline = roofline_for(scenario, replica)
     if scenario.cost.model != "profile":
         return roofline
-    from sim.errors import ProfileError
     from sim.pricing.profile import load_profile
+    from sim.pricing.profile_checks import check_against
     from sim.pricing.profiled import ProfiledCost
 
     path = scenario.resolve(scenario.cost.profile)
     profile = load_profile(path)
-    m = scenario.model_spec
-    expected = {"num_layers": m.num_layers, "hidden_size": m.hidden_size, "num_heads": m.num_heads,
-                "num_kv_heads": m.num_kv_heads, "intermediate_size": m.intermediate_size}
-    wrong = {k: (v, profile.model_shape.get(k)) for k, v in expected.items()
-             if k in profile.model_shape and profile.model_shape[k] != v}
-    if wrong:
-        detail = ", ".join(f"{k} {got} (scenario's {m.name}: {want})" for k, (want, got) in wrong.items())
-        raise ProfileError(str(path), "model_shape",
-                           f"profile measured {profile.model}, whose shape differs: {detail}")
-    hw = (replica or scenario.replica_specs[0]).hardware
-    if profile.tp != hw.tp:
-        raise ProfileError(str(path), "tp", f"profile measured at tp={profile.tp}, scenario uses tp={hw.tp}")
+    check_against(profile, scenario, str(path), replica)  # measured on what the scenario simulates
     return ProfiledCost(profile, roofline)
 
 

@@ -97,6 +97,7 @@ class Profile(Strict):
     model_shape: dict[str, int]
     dtype: str
     tp: int = Field(ge=1, default=1)
+    engine: str | None = None  # the serving engine measured (a scenario's engine.name), where known
     versions: dict[str, str] = {}
     grid: dict = {}
     ops: Ops
@@ -143,11 +144,15 @@ def load_profile(path: str | Path, field: str = "cost.profile") -> Profile:
         raise ProfileError(str(path), "schema_version",
                            f"expected {SCHEMA_VERSION}, got {version!r} (re-run servesim calibrate)")
     try:
-        return Profile.model_validate_json(text)
+        profile = Profile.model_validate_json(text)
     except ValidationError as e:
         err = e.errors()[0]
         loc = ".".join(str(p) for p in err["loc"])
         raise ProfileError(str(path), loc, err["msg"].removeprefix("Value error, ")) from None
+    from sim.pricing.profile_checks import check_fits
+
+    check_fits(profile, str(path))
+    return profile
 
 
 def save_profile(profile: Profile, path: str | Path) -> Path:

@@ -12,7 +12,20 @@ from rich.table import Table
 from sim.cli.console import positive_int
 from sim.inputs import parse_value
 from sim.results import plotlyjs
+from sim.study.estimate import ASK_RUNS, ASK_S
 from sim.study.schema import StudyError
+
+CONNECT_TIMEOUT_S = 30.0  # default wait for a Ray cluster at --address
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
 
 
 def _parse_sets(items: list[str]) -> dict:
@@ -34,6 +47,11 @@ def _runner_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--address", default=None,
                    help="Ray cluster to join, e.g. ray://head:10001 or auto (default: start a "
                         "local Ray instance); only with --runner ray")
+    p.add_argument("--connect-timeout", type=_positive_seconds, default=CONNECT_TIMEOUT_S, metavar="SECONDS",
+                   help=f"how long to wait for the Ray cluster at --address to answer (default {CONNECT_TIMEOUT_S:g})")
+    p.add_argument("--allow-profile-mismatch", action="store_true",
+                   help="price with a cost profile measured on another GPU, model, dtype or engine than the "
+                        "scenario's, with a warning (default: refuse)")
     p.add_argument("--png", action="store_true",
                    help="also write every figure as PNG under figures/ (needs kaleido and Chrome or Chromium; "
                         "without them the command stops before running anything)")
@@ -44,8 +62,15 @@ def _runner_args(p: argparse.ArgumentParser) -> None:
 
 
 def _check_runner_args(args, png: bool = False) -> None:
+    from sim.core.buildcache import interpreted
+
     if args.address is not None and args.runner != "ray":
         raise StudyError("--address", None, "applies only to --runner ray")
+    interpreted()  # where the build goes, said here (once) rather than by workers that have no stderr
+    if args.allow_profile_mismatch:
+        from sim.pricing.profile_checks import allow_mismatch
+
+        allow_mismatch()  # here and in the workers the runs go to
     if png:
         from sim.study.report import png_problem
 
@@ -67,6 +92,11 @@ def register(sub) -> None:
                     help="run again the runs that failed last time")
     st.add_argument("--dry-run", action="store_true",
                     help="validate and list the configurations, run nothing")
+    st.add_argument("--yes", "-y", action="store_true",
+                    help=f"go ahead with a large study (over {ASK_RUNS:,} runs or {ASK_S / 3600:g} h estimated) "
+                         "without asking")
+    st.add_argument("--max-runs", type=positive_int, default=None, metavar="N",
+                    help="go ahead without asking only if the study needs at most N runs; refuse otherwise")
     _runner_args(st)
     st.set_defaults(func=cmd_study)
 
@@ -111,11 +141,15 @@ def cmd_study(args) -> int:
     data = args.format != "table"
     say = err_console if data else console  # with csv/json, stdout holds the data only
     out = check_out_dir(args.out or Path("results") / plan.name, "--out", STUDY_FILES)
+    _ask_if_large(plan, args, out, err_console)
     # Everything is checked (the runner too) before the stored runs are read or, with
     # --fresh, dropped.
-    with make_runner(args.runner, args.jobs, args.address) as ex, \
+    with make_runner(args.runner, args.jobs, args.address, timeout=args.connect_timeout) as ex, \
             _progress_bar(err_console) as bar:
         store = RunStore(out, fresh=args.fresh)
+        if store.torn_lines:
+            err_console.print(f"[yellow]warning:[/] {escape(str(store.path))}: {store.torn_lines} torn line(s) "
+                              "(cut short by a crash or a full disk) dropped; their runs run again", highlight=False)
         if args.retry_failed:
             store.forget_errors()
         if store.records:
@@ -141,7 +175,48 @@ def cmd_study(args) -> int:
         err_console.print("interrupted: finished runs are saved; run the same command again "
                           "to resume")
         return 130
+    first = first_failure(run)
+    if run.progress.done and run.progress.failed == run.progress.done and first is not None:
+        err_console.print(f"[red]error:[/] every run failed ({run.progress.failed}); the first, "
+                          f"{escape(first)}", highlight=False)
+        return ALL_FAILED
     return 0
+
+
+ALL_FAILED = 1  # exit code of a study whose every run failed
+
+
+def first_failure(run) -> str | None:
+    """The first failed run's configuration and error, in the plan's order (None if none failed)."""
+    for s in sorted(run.searches, key=lambda s: s.config):
+        for rate, rec in s.records.items():
+            if rec.get("status") != "ok":
+                at = "" if rate is None else f" at rate {rate:g}"
+                return f"[{run.plan.configs[s.config].label}]{at}: {rec.get('error')}"
+    return None
+
+
+def _ask_if_large(plan, args, out: Path, err_console) -> None:
+    """Print the study's size; a large one needs --yes (a terminal is asked) or a --max-runs it
+    fits in (``estimate``)."""
+    import os
+    import sys
+
+    from sim.study.estimate import estimate, refusal
+    from sim.study.store import RunStore
+
+    workers = 1 if args.runner == "local" and args.jobs == 1 else args.jobs or os.cpu_count() or 1
+    stored = 0 if args.fresh else len(RunStore.peek(out))
+    est = estimate(plan, workers, stored)
+    err_console.print(f"{plan.name}: {est.describe()}", highlight=False)
+    why = None if args.yes else refusal(est, args.max_runs)
+    if why is None:
+        return
+    if sys.stdin.isatty() and err_console.is_terminal:
+        answer = err_console.input(f"{escape(why)}\ngo ahead? [y/N] ")
+        if answer.strip().lower() in ("y", "yes"):
+            return
+    raise StudyError("--yes", None, why)
 
 
 TERMINAL_SKIP = ("max_rate_per_dollar", "e2e_p99", "gpus")
@@ -210,7 +285,7 @@ def cmd_compare(args) -> int:
     entries = load_entries(args.scenarios, _parse_sets(args.set), not args.own_traffic)
     out = check_out_dir(args.out, "--out", COMPARE_FILES)
     jobs = args.jobs or min(len(entries), os.cpu_count() or 1)
-    with make_runner(args.runner, jobs, args.address) as ex, \
+    with make_runner(args.runner, jobs, args.address, timeout=args.connect_timeout) as ex, \
             err_console.status(f"running {len(entries)} scenarios"):
         run_entries(entries, ex)
     paths, warnings = write_compare(entries, out, args.png, args.plotlyjs)

@@ -77,6 +77,10 @@ def load_entries(paths: list[str], overrides: dict, same_traffic: bool) -> list[
             data = {**{k: v for k, v in data.items() if k not in ("workload", "seed", "slo")},
                     **copy.deepcopy(shared)}
         scenario = scenario_from_dict(data, str(path), path.parent)
+        if scenario.cost.model == "profile":  # (checking imports the core)
+            from sim.pricing.profile_checks import check_scenario
+
+            check_scenario(scenario)  # a profile that cannot price it stops before any run
         name = scenario.name
         if name in names:
             name = f"{name} ({path.stem})"

@@ -232,6 +232,7 @@ def plan_study(study: Study, study_path: str | Path, cli_set: dict[str, Any] | N
             first_infeasible = first_infeasible or e
         else:
             _check_traffic(scenario, probe, source, label, checked_workloads)
+            _check_profile(scenario, source, label)
         gpus = gpu_inventory(scenario)
         configs.append(Config(i, label, values, sources, data, rate_field if rate is not None
                               else None, gpus, cost_per_hour(gpus, study.prices, own_prices(scenario)), skipped))
@@ -268,6 +269,18 @@ def _schema_only(data: dict, base_dir: Path) -> Scenario | None:
         return Scenario.model_validate({**data, "base_dir": str(base_dir)})
     except ValidationError:
         return None
+
+
+def _check_profile(scenario: Scenario, source: str, label: str) -> None:
+    """A cost profile that cannot price this configuration stops the study now (``profile_checks``)."""
+    if scenario.cost.model != "profile":
+        return  # (checking imports the core)
+    from sim.pricing.profile_checks import check_scenario
+
+    try:
+        check_scenario(scenario)
+    except InputError as e:
+        raise StudyError(source, f"scenario (configuration [{label}])", str(e)) from None
 
 
 def _check_traffic(scenario: Scenario, data: dict, source: str, label: str, seen: set[str]) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 
+from sim.study.lifetime import die_with, start_pool_helpers
 from sim.study.plan import RunSpec
 from sim.study.worker import execute_run
 
@@ -64,13 +65,15 @@ class SerialRunner(Runner):
         return len(self.queue)
 
 
-def _ignore_interrupts() -> None:
-    """Workers leave Ctrl-C to the parent, which stops them and keeps the finished runs.
+def _init_worker(study_pid: int) -> None:
+    """Workers leave Ctrl-C to the parent, which stops them and keeps the finished runs, and
+    die with it however it ends (``lifetime``).
 
     A terminal sends SIGINT to the whole process group; an idle worker would otherwise die
     printing a KeyboardInterrupt traceback from inside the pool's queue.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with(study_pid)
 
 
 def _crashed(spec: RunSpec, why: str) -> dict:
@@ -102,7 +105,9 @@ class PoolRunner(Runner):
         ctx = mp.get_context(method)
         if method == "forkserver":
             ctx.set_forkserver_preload(["sim.study.worker"])
-        return ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=_ignore_interrupts)
+        start_pool_helpers(method)  # without the caller's stdout and stderr
+        return ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=_init_worker,
+                                   initargs=(os.getpid(),))
 
     def submit(self, spec: RunSpec) -> None:
         self.backlog.append(spec)
@@ -188,7 +193,7 @@ class RayRunner(Runner):
     """
 
     def __init__(self, address: str | None = None, workers: int | None = None,
-                 fn: RunFn = execute_run):
+                 fn: RunFn = execute_run, timeout: float = 30.0):
         from sim.study.schema import StudyError
 
         try:
@@ -203,9 +208,17 @@ class RayRunner(Runner):
             # happens to run on this machine.
             kwargs = {"address": address} if address else {
                 "address": "local", "num_cpus": workers or os.cpu_count()}
+            kwargs |= {"include_dashboard": False, "log_to_driver": False, "ignore_reinit_error": True,
+                       "logging_level": "warning",
+                       "runtime_env": {"env_vars": passed_env()} if passed_env() else None}
             try:
-                ray.init(**kwargs, include_dashboard=False, log_to_driver=False,
-                         ignore_reinit_error=True, logging_level="warning")
+                if address:
+                    check_reachable(address, timeout)
+                    join_within(ray, kwargs, address, timeout)
+                else:
+                    ray.init(**kwargs)
+            except StudyError:
+                raise
             except Exception as e:  # a bad address, no cluster there, Ray failing to start
                 raise StudyError("--address" if address else "--runner ray", address,
                                  f"cannot start or join Ray: {type(e).__name__}: {e}") from None
@@ -237,10 +250,76 @@ class RayRunner(Runner):
             self.ray.shutdown()
 
 
+RAY_PORTS = {"ray": 10001, "": 6379}  # Ray Client's port, the head's GCS port
+
+
+def check_reachable(address: str, timeout: float) -> None:
+    """Refuse (``StudyError``, exit 2) an explicit Ray address that does not accept a connection
+    within ``timeout`` seconds; Ray itself would wait for it indefinitely."""
+    import socket
+
+    from sim.study.schema import StudyError
+
+    if address in ("auto", "local"):
+        return
+    scheme, sep, rest = address.partition("://")
+    if not sep:
+        scheme, rest = "", address
+    host, colon, port = rest.rstrip("/").rpartition(":")
+    if not colon:
+        host, port = rest.rstrip("/"), str(RAY_PORTS.get(scheme, 6379))
+    if not host or not port.isdigit():
+        return  # a form Ray may know; it says what is wrong with it
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as e:
+        why = "timed out" if isinstance(e, TimeoutError) else (e.strerror or str(e))
+        raise StudyError("--address", address, f"cannot reach Ray at {host}:{port} ({why}, waited up to "
+                         f"{timeout:g} s): check that the cluster is up and this is its address (a Ray "
+                         "Client address looks like ray://head:10001), or leave --address out to start a "
+                         "local Ray instance; --connect-timeout sets the wait") from None
+
+
+def join_within(ray, kwargs: dict, address: str, timeout: float) -> None:
+    """``ray.init(**kwargs)`` for a cluster at ``address``, refused (``StudyError``) when it has not
+    answered within ``timeout`` seconds: something that accepts connections there but never
+    answers (not Ray, or a Ray that hangs) would keep Ray waiting indefinitely. It waits on a
+    thread of its own, so that the study can give up on it."""
+    import threading
+
+    from sim.study.schema import StudyError
+
+    outcome: list[BaseException | None] = []
+
+    def join() -> None:
+        try:
+            ray.init(**{**kwargs, "logging_level": "error"})  # (not the main thread: Ray warns that it sets no handler)
+            outcome.append(None)
+        except Exception as e:
+            outcome.append(e)
+
+    waiter = threading.Thread(target=join, name="servesim-ray-join", daemon=True)
+    waiter.start()
+    waiter.join(timeout)
+    if not outcome:
+        raise StudyError("--address", address, f"Ray there did not answer within {timeout:g} s: check that this is "
+                         "a Ray cluster's address and that it is up; --connect-timeout sets the wait")
+    if outcome[0] is not None:
+        raise outcome[0]
+
+
+def passed_env() -> dict[str, str]:
+    """Settings of this process that runs elsewhere must share (e.g. --allow-profile-mismatch)."""
+    from sim.pricing.profile_checks import ALLOW_ENV
+
+    return {k: os.environ[k] for k in (ALLOW_ENV,) if k in os.environ}
+
+
 def make_runner(kind: str, jobs: int | None = None, address: str | None = None,
-                  fn: RunFn = execute_run) -> Runner:
+                  fn: RunFn = execute_run, timeout: float = 30.0) -> Runner:
+    """``timeout``: seconds to wait for a Ray cluster at ``address`` (the CLI's --connect-timeout)."""
     if kind == "ray":
-        return RayRunner(address, jobs, fn)
+        return RayRunner(address, jobs, fn, timeout)
     if kind == "serial" or jobs == 1:
         return SerialRunner(fn)
     return PoolRunner(jobs, fn)

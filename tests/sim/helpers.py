@@ -46,7 +46,7 @@ def write_profile(path, *, mode: str = "ops", tp: int = 1, tables=("linear", "ot
             "coef": [3e-3, 5e-6, 4e-9, -1e-6, 3e-6, 2e-10], "r2": 0.97,
             "ranges": {"num_tokens": [1, reach], "decode_context": [1, reach * 40.0], "num_seqs": [1, 64]}}
     profile = {"schema_version": 1, "source": "test", "created": "2026-01-01",
-               "device": {"name": "H100", "type": "cuda"},
+               "device": {"name": "synthetic", "type": "cuda"},  # no catalog GPU: priced on any
                "model": "llama-3-8b", "model_shape": {"num_layers": 32}, "dtype": "bf16", "tp": tp,
                "ops": {name: ops[name] for name in ("linear", *tables, *fits) if name in ops},
                "step": step if mode == "step" else None, "prefer": mode, "overhead_s": 1.5e-3}

@@ -13,7 +13,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from sim.core import build
+from sim.cli import prebuild as build
+from sim.core import buildcache
 from sim.loops.run import simulate
 from sim.scenario.schema import load_scenario
 
@@ -59,9 +60,9 @@ def test_a_ready_build_or_a_large_run_or_an_explicit_loop_compiles_in_the_foregr
     assert not build.should_interpret_first_run("auto", build.INTERPRET_UP_TO + 1)
     assert not build.should_interpret_first_run("compiled", 2_000)
     assert not build.should_interpret_first_run("simpy", 2_000)
-    build.marker().write_text(build.CORE_STAMP)
+    buildcache.marker().write_text(buildcache.CORE_STAMP)
     assert not build.should_interpret_first_run("auto", 2_000)
-    build.marker().unlink()
+    buildcache.marker().unlink()
     monkeypatch.setenv(build.BACKGROUND_ENV, "0")
     assert not build.should_interpret_first_run("auto", 2_000)
 
@@ -90,10 +91,10 @@ def test_the_core_as_python_gives_the_compiled_results(tmp_path, name):
 
 def test_other_versions_builds_unused_for_a_month_are_pruned(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    root = build.user_cache().parent
+    root = buildcache.user_cache().parent
     now = 1_000_000_000.0
     old, recent, other = root / "numba-0000000000000000", root / "numba-1111111111111111", root / "plotly.js"
-    for folder in (old, recent, build.user_cache()):
+    for folder in (old, recent, buildcache.user_cache()):
         folder.mkdir(parents=True)
         (folder / "core_x").mkdir()
     other.write_text("kept")
@@ -101,6 +102,6 @@ def test_other_versions_builds_unused_for_a_month_are_pruned(tmp_path, monkeypat
     (recent / "servesim-1111111111111111.ready").write_text("")
     os.utime(recent, (now - 40 * 86400, now - 40 * 86400))
     os.utime(recent / "servesim-1111111111111111.ready", (now - 2 * 86400, now - 2 * 86400))  # used lately
-    os.utime(build.user_cache(), (now - 90 * 86400, now - 90 * 86400))  # this version's build is never pruned
+    os.utime(buildcache.user_cache(), (now - 90 * 86400, now - 90 * 86400))  # this version's build is never pruned
     assert build.prune_old_builds(now) == [old]
-    assert not old.exists() and recent.exists() and build.user_cache().exists() and other.exists()
+    assert not old.exists() and recent.exists() and buildcache.user_cache().exists() and other.exists()

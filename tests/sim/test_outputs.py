@@ -168,3 +168,17 @@ def test_json_safe_writes_null_for_nan_and_plain_numbers_for_numpy():
     got = json_safe({"a": np.float32("nan"), "b": [np.int64(3), (float("inf"), np.float64(0.5))], "c": "x"})
     assert got == {"a": None, "b": [3, [None, 0.5]], "c": "x"}
     assert type(got["b"][0]) is int
+
+
+def test_results_through_a_link_to_the_folder_replace_its_contents_not_the_link(tmp_path, capsys, scenario):
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "notes.txt").write_text("mine")  # not the run's: kept
+    (real / "data").mkdir()
+    (real / "data" / "x.csv").write_text("1,2")
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    assert run(capsys, "run", scenario, "--out", link)[0] == 0
+    assert link.is_symlink() and (real / "summary.json").is_file() and (real / "notes.txt").read_text() == "mine"
+    assert (real / "data" / "x.csv").read_text() == "1,2"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # nothing left beside

@@ -53,6 +53,15 @@ def write_study(folder: Path, study: dict, scenario: dict | None = None,
     return path
 
 
+def run_cli(capsys, *argv) -> tuple[int, str]:
+    """``servesim ARGV`` in this process: its exit code and everything it printed, on one line."""
+    from sim.cli.app import main
+
+    code = main([str(a) for a in argv])
+    out = capsys.readouterr()
+    return code, " ".join((out.out + out.err).split())
+
+
 def crash_on_replicas_3(spec: RunSpec) -> dict:
     """A run function whose worker process dies on configurations with 3 replicas."""
     if spec.data.get("replicas") == 3:

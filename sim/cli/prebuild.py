@@ -1,62 +1,32 @@
-"""The compiled core's build: where it lives, whether it is there yet, and making it in the
-background so that the first run in a fresh checkout need not wait for it.
+"""Making the compiled core's build in the background, so that the first run in a fresh
+checkout need not wait for it.
 
 numba compiles the core on first use (tens of seconds of CPU) and caches the machine code
-(``jit``). A first small ``servesim run`` does not wait for that: it runs the same core as plain
-Python (identical results, about 0.5 ms a request) while a detached ``python -m sim.core.build``
-compiles every entry point and marks the build ready; later runs load the build. This module
-imports no numba, so the choice can be made before the core is imported.
+(``sim.core.jit``, in ``sim.core.buildcache.build_folder``). A first small ``servesim run`` does
+not wait for that: it runs the same core as plain Python (identical results, about 0.5 ms a
+request) while a detached ``python -m sim.cli.prebuild`` compiles every entry point and marks the
+build ready; later runs load the build. Deciding imports no numba, so it happens before the core
+is imported. (The builder runs simulations, so it lives above the loops, not in the core.)
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import importlib.util
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-# The compiled core spans these folders; every file of them stamps every cached function.
-_SIM = Path(__file__).resolve().parents[1]
-CORE_FILES = frozenset(str(p) for d in ("core", "pricing", "loops") for p in (_SIM / d).glob("*.py"))
-CORE_STAMP = hashlib.sha256(b"".join(Path(p).read_bytes() for p in sorted(CORE_FILES))
-                            + os.environ.get("NUMBA_BOUNDSCHECK", "").encode()).hexdigest()
+from sim.core.buildcache import CORE_STAMP, JIT_ENV, build_folder, interpreted, is_ready, mark_used, marker, user_cache
 
-JIT_ENV = "SERVESIM_JIT"  # "0": run the core as plain Python even where numba is installed
+__all__ = ["BACKGROUND_ENV", "INTERPRET_UP_TO", "JIT_ENV", "build", "interpret_this_process", "is_ready",
+           "mark_used", "prune_old_builds", "should_interpret_first_run", "start_background_build"]
+
+_ROOT = Path(__file__).resolve().parents[2]
 BACKGROUND_ENV = "SERVESIM_BACKGROUND_BUILD"  # "0": a first run compiles in the foreground
 INTERPRET_UP_TO = 10_000  # requests: a larger first run compiles first (it would take longer as Python)
 LOCK_STALE_S = 600.0
 PRUNE_AFTER_S = 30 * 86400.0  # another version's build unused this long is removed
-
-
-def user_cache() -> Path:
-    """The user's build folder for this version of the core."""
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return root / "servesim" / f"numba-{CORE_STAMP[:16]}"
-
-
-def marker() -> Path:
-    """Present once every entry point of this version of the core is compiled and cached."""
-    folder = Path(os.environ["NUMBA_CACHE_DIR"]) if os.environ.get("NUMBA_CACHE_DIR") else user_cache()
-    return folder / f"servesim-{CORE_STAMP[:16]}.ready"
-
-
-def interpreted() -> bool:
-    """Whether this process runs the core as plain Python (numba missing, or asked to)."""
-    return os.environ.get(JIT_ENV) == "0" or importlib.util.find_spec("numba") is None
-
-
-def is_ready() -> bool:
-    return marker().exists()
-
-
-def mark_used() -> None:
-    """A run loads this build: keep it from being pruned."""
-    with contextlib.suppress(OSError):
-        os.utime(marker())
 
 
 def prune_old_builds(now: float | None = None) -> list[Path]:
@@ -81,13 +51,7 @@ def should_interpret_first_run(loop: str, num_requests: int) -> bool:
     numba is installed but this core's build is not there (and can be made in the background)."""
     if os.environ.get(BACKGROUND_ENV) == "0" or loop != "auto" or num_requests > INTERPRET_UP_TO:
         return False
-    if "sim.core.jit" in sys.modules or interpreted() or is_ready():
-        return False
-    try:
-        marker().parent.mkdir(parents=True, exist_ok=True)
-        return os.access(marker().parent, os.W_OK)
-    except OSError:
-        return False
+    return not ("sim.core.jit" in sys.modules or interpreted() or is_ready())
 
 
 first_run = False  # this process runs the core as Python only because its build is being made
@@ -101,7 +65,7 @@ def interpret_this_process() -> None:
 
 
 def start_background_build() -> bool:
-    """Start ``python -m sim.core.build``, detached, unless one is building already."""
+    """Start ``python -m sim.cli.prebuild``, detached, unless one is building already."""
     lock = marker().with_suffix(".building")
     try:
         if lock.exists() and time.time() - lock.stat().st_mtime < LOCK_STALE_S:
@@ -110,7 +74,7 @@ def start_background_build() -> bool:
     except OSError:
         return False
     env = {k: v for k, v in os.environ.items() if k != JIT_ENV}
-    proc = subprocess.Popen([sys.executable, "-m", "sim.core.build"], env=env, cwd=str(_SIM.parent),
+    proc = subprocess.Popen([sys.executable, "-m", "sim.cli.prebuild"], env=env, cwd=str(_ROOT),
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     lock.write_text(str(proc.pid))  # the builder's pid
@@ -125,7 +89,7 @@ def build() -> None:
     from sim.scenario.schema import load_scenario
 
     small = ["workload.num_requests=40", "workload.arrival.rate=20"]
-    profile = Path(__file__).resolve().parents[2] / "calibration" / "profiles"
+    profile = _ROOT / "calibration" / "profiles"
     variants: list[list[str]] = [[], ["scheduler.policy=chunked-prefill", "replicas=2", "router.policy=power-of-two"]]
     shipped = sorted(profile.glob("*.json"))
     if shipped:
@@ -137,6 +101,8 @@ def build() -> None:
                 simulate(load_scenario(None, [*small, *extra, f"simulation.loop={loop}"]))
             except Exception:  # a variant this checkout cannot run still leaves the others built
                 continue
+    if build_folder() is None:
+        return
     with tempfile.NamedTemporaryFile("w", dir=marker().parent, delete=False) as f:
         f.write(CORE_STAMP)
     os.replace(f.name, marker())
