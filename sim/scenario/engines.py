@@ -68,7 +68,8 @@ def _name(engine: Any) -> str | None:
     if isinstance(engine, str):
         return engine
     if isinstance(engine, dict):
-        return engine.get("name", DEFAULT_ENGINE)
+        name = engine.get("name", DEFAULT_ENGINE)
+        return name if isinstance(name, str) else None  # not a name: validation reports it
     return None
 
 

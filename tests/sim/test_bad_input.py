@@ -37,6 +37,7 @@ CASES = [
      ["static", "continuous or chunked-prefill"]),
     ("workload: {arrival: {process: closed, concurrency: 0}}\n", ["workload.arrival.concurrency"]),
     ("model: llama-3-8b\nbogus: 1\n", ["bogus", "unknown field"]),
+    ("engine: {name: []}\n", ["engine.name"]),  # not a name: was a TypeError in the presets' lookup
     ("model: llama-3-8b\nworkload: {arrival: {process: poisson, rate: -2}}\n",
      ["workload.arrival.rate", "greater than 0"]),
     ("model: llama-3-8b\nworkload: {arrival: {process: poisson, rate: fast}}\n",

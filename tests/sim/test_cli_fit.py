@@ -29,7 +29,8 @@ def test_catalogs_piped_are_whole_rows():
     p = servesim("list", "models")
     assert p.returncode == 0 and "…" not in p.stdout
     row = next(line for line in p.stdout.splitlines() if line.startswith("llama-3-8b "))
-    assert row.split()[1:3] == ["8.03B", "32"]  # every column, nothing cut
+    assert row.split()[1:5] == ["8.03B", "8.03B", "full", "131,072"]  # every column, nothing cut
+    assert row.split()[-2:] == ["bf16", "-"]
 
 
 @pytest.mark.parametrize("what", ["models", "gpus"])
@@ -97,7 +98,7 @@ def test_compare_as_json(tmp_path, capsys):
                  "--jobs", "1", "--format", "json"]) == 0
     records = json.loads(capsys.readouterr().out)
     assert [r["scenario"] for r in records] == ["continuous", "chunked-prefill"]
-    assert all(0 <= r["slo_attainment"] <= 1 and r["ttft_p99"] > 0 for r in records)  # raw units
+    assert all(0 <= r["slo_attainment"] <= 1 and r["p99_ttft_ms"] > 0 for r in records)  # vllm's keys
 
 
 def test_png_without_kaleido_stops_before_running(study_file, tmp_path, capsys, monkeypatch):
