@@ -12,7 +12,7 @@ from sim.core import kvblocks as kv
 from sim.core.admission import RUNNING
 from sim.core.jit import jit, leaf
 from sim.core.outbox import emit
-from sim.core.pipeline import pass_through
+from sim.core.plan import is_decode
 from sim.core.requests import Status
 from sim.core.rng import accepted_drafts
 from sim.core.state import (
@@ -40,7 +40,6 @@ from sim.core.state import (
     P_ROLE,
     P_SPEC_K,
     PREFILL,
-    R_COUNT,
     S_CACHED_AT,
     S_FREE,
     S_NREMOTE,
@@ -63,23 +62,22 @@ def queue_len(c, e):
     return c.es[e, S_NWAIT] + c.es[e, S_NSWAP] + c.es[e, S_NREMOTE]
 
 
-@jit
-def begin_step(c, e, now, duration):
-    """The planned step starts at ``now`` and computes for ``duration``; returns how long it
-    lasts (longer on a pipelined replica when a stage is busy with another virtual engine)."""
+@leaf
+def snapshot(c, e):
+    """What the step log records of engine e as a step starts: blocks in use, cached, queue."""
     unused = bt.unused(c.cache, e)
     c.es[e, S_USED_AT] = c.ep[e, P_NUM_BLOCKS] - c.es[e, S_FREE] - unused
     c.es[e, S_CACHED_AT] = unused
     c.es[e, S_QUEUED_AT] = queue_len(c, e)
-    r = c.ep[e, P_REPLICA]
-    if c.rp[r, R_COUNT] > 1:
-        tokens = 0
-        for i in range(c.es[e, S_PN]):
-            tokens += c.p_new[e, i]
-        duration = pass_through(c, r, now, duration, tokens) - now
+
+
+@jit
+def begin_step(c, e, now, duration):
+    """The planned step starts at ``now`` and lasts ``duration`` (priced, pipeline waits
+    included: sim/pricing)."""
+    snapshot(c, e)
     c.ef[e, T_START] = now
     c.ef[e, T_DURATION] = duration
-    return duration
 
 
 @leaf
@@ -89,6 +87,19 @@ def itl_bin(gap):
         return 0
     b = int(np.floor((np.log10(gap) - ITL_LOG_MIN) * ITL_PER_DECADE))
     return min(max(b, 0), ITL_BINS - 1)
+
+
+@leaf
+def gap_ns(gap):
+    """An inter-token gap in whole nanoseconds (so sums do not depend on order)."""
+    return np.int64(gap * 1e9 + 0.5)
+
+
+@leaf
+def count_gaps(c, cls, b, ns, n):
+    """``n`` inter-token gaps of ``ns`` nanoseconds, in histogram bin ``b``, of traffic class ``cls``."""
+    c.itl_sum[cls] += ns * n
+    c.itl_hist[cls, b] += n
 
 
 @jit
@@ -103,9 +114,7 @@ def token_out(c, rid, now, gap_seen, bin_seen):
         gap = now - r.last_token[rid]
         if gap != gap_seen:
             gap_seen, bin_seen = gap, itl_bin(gap)
-        cls = r.class_id[rid]
-        c.itl_sum[cls] += np.int64(gap * 1e9 + 0.5)
-        c.itl_hist[cls, bin_seen] += 1
+        count_gaps(c, r.class_id[rid], bin_seen, gap_ns(gap), 1)
     r.last_token[rid] = now
     return gap_seen, bin_seen
 
@@ -125,7 +134,7 @@ def commit(c, e, now, stopped, use_stopped):
     for i in range(pn):
         num_computed[ids[i]] = comp[i] + new[i]
         tokens += new[i]
-        if new[i] == 1 and comp[i] > 0:
+        if is_decode(new[i], comp[i]):
             decodes += 1
     prefix = c.ep[e, P_PREFIX]
     for i in range(pn):
@@ -134,7 +143,7 @@ def commit(c, e, now, stopped, use_stopped):
         rid = ids[i]
         gained = 1
         if spec_k:  # a decode keeps its accepted drafts plus one token of the target's own
-            if new[i] == 1 and comp[i] > 0:
+            if is_decode(new[i], comp[i]):
                 gained = 1 + accepted_drafts(c.g[G_SEED], rid, num_generated[rid], spec_k, c.epf[e, F_SPEC_ALPHA])
             gained = min(gained, output_len[rid] - num_generated[rid])
             num_computed[rid] += gained - 1  # the kept drafts' KV entries are valid

@@ -13,14 +13,8 @@ from sim.core.jit import jit
 from sim.core.outbox import emit
 from sim.core.state import (
     DROP_KV,
-    LK_BANDWIDTH,
-    LK_KV_BYTES,
-    LK_LATENCY,
-    LK_LAYERS,
-    LK_LAYERWISE,
     P_BLOCK_SIZE,
     P_SPEC_K,
-    P_TP,
     P_WATERMARK,
     S_NREMOTE,
     S_NTRANSFER,
@@ -54,19 +48,6 @@ def admit_remote(c, e):
         r.num_blocks[rid] = need
         c.es[e, S_NTRANSFER] += 1
         emit(c, rid, SEND_KV)
-
-
-@jit
-def transfer_time(c, rid):
-    """Seconds to move a request's KV cache: bytes / bandwidth + latency. Each GPU of the
-    prefill replica sends its shard over its own link. With layer-wise overlap the layers leave
-    while later ones are still computed, so only what outlasts the prefill remains (at least
-    the last layer's share)."""
-    r = c.req
-    wire = r.num_computed[rid] * c.lk[LK_KV_BYTES] / (c.lk[LK_BANDWIDTH] * c.ep[r.source[rid], P_TP])
-    if c.lk[LK_LAYERWISE] != 0.0:
-        wire = max(wire - r.handoff_s[rid], wire / c.lk[LK_LAYERS])
-    return wire + c.lk[LK_LATENCY]
 
 
 @jit

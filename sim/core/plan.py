@@ -15,7 +15,7 @@ from typing import Protocol
 
 import numpy as np
 
-from sim.core.jit import entry, jit
+from sim.core.jit import entry, jit, leaf
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 
@@ -34,6 +34,12 @@ SHAPE_FIELDS = ("num_tokens", "num_seqs", "prefill_tokens", "prefill_attn", "dec
                 "num_sampled", "verify_tokens", "swap_tokens")
 
 
+@leaf
+def is_decode(new, computed):
+    """A decode row: one new token on a cached context (else it prefills)."""
+    return new == 1 and computed > 0
+
+
 @jit
 def shape_into(out, new, comp, samp, n, spec_k, swapped_blocks, block_size):
     """The shape of a step whose rows 0..n-1 process ``new`` tokens on ``comp`` cached ones
@@ -48,21 +54,33 @@ def shape_into(out, new, comp, samp, n, spec_k, swapped_blocks, block_size):
         ctx = comp[i] + q
         tokens += q
         qctx += q * ctx
-        if q == 1 and comp[i] > 0:
+        if is_decode(q, comp[i]):
             decodes += 1
             decode_context += ctx
         if samp[i]:
             sampled += 1
-    verify = spec_k * decodes
+    write_shape(out, tokens, n, tokens - decodes, qctx - decode_context, decodes, decode_context, sampled,
+                spec_k * decodes, swapped_blocks * block_size)
+
+
+@leaf
+def write_shape(out, tokens, seqs, prefill_tokens, prefill_attn, decodes, decode_context, sampled, verify, swap):
+    """Every field of a step's shape (``tokens``: new tokens before the ``verify`` drafts)."""
     out[NUM_TOKENS] = float(tokens + verify)
-    out[NUM_SEQS] = float(n)
-    out[PREFILL_TOKENS] = float(tokens - decodes)
-    out[PREFILL_ATTN] = float(qctx - decode_context)
+    out[NUM_SEQS] = float(seqs)
+    out[PREFILL_TOKENS] = float(prefill_tokens)
+    out[PREFILL_ATTN] = float(prefill_attn)
     out[DECODE_SEQS] = float(decodes)
     out[DECODE_CONTEXT] = float(decode_context)
     out[NUM_SAMPLED] = float(sampled)
     out[VERIFY_TOKENS] = float(verify)
-    out[SWAP_TOKENS] = float(swapped_blocks * block_size)
+    out[SWAP_TOKENS] = float(swap)
+
+
+@leaf
+def decode_shape(out, seqs, context):
+    """The shape of a step of ``seqs`` plain decodes over ``context`` cached tokens in all."""
+    write_shape(out, seqs, seqs, 0, 0, seqs, context, seqs, 0, 0)
 
 
 @entry

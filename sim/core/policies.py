@@ -24,7 +24,7 @@ from sim.core import kvblocks as kv
 from sim.core import queues
 from sim.core.admission import RUNNING, add_row, admit_waiting, free_seats
 from sim.core.jit import jit, leaf
-from sim.core.plan import shape_into
+from sim.core.plan import is_decode, shape_into
 from sim.core.preemption import grow, swap_in_waiting
 from sim.core.state import (
     CHUNKED,
@@ -94,7 +94,7 @@ def chunked(c, e):
     prefilling = False
     for i in range(c.es[e, S_NRUN]):  # decodes first
         rid = c.running[e, i]
-        if r.num_tokens[rid] - r.num_computed[rid] == 1 and r.num_computed[rid] > 0:
+        if is_decode(r.num_tokens[rid] - r.num_computed[rid], r.num_computed[rid]):
             add_row(c, e, rid, 1)
         else:
             prefilling = True

@@ -33,11 +33,12 @@ COLOCATED, PREFILL, DECODE = range(3)
 ROLES = {"colocated": COLOCATED, "prefill": PREFILL, "decode": DECODE}
 # Engine counters: es[e, ...] (int64).
 (S_FREE, S_HOST_FREE, S_NRUN, S_NWAIT, S_NSWAP, S_NREMOTE, S_NTRANSFER, S_PREEMPTED, S_PN, S_SWAP_IN, S_SWAP_OUT,
- S_BATCH_N, S_USED_AT, S_CACHED_AT, S_QUEUED_AT, S_QUEUED_BLOCKS, S_ROUND) = range(17)
-NUM_ES = 17  # S_QUEUED_BLOCKS: the blocks the queued requests' prompts will take; S_ROUND: multi-step
+ S_BATCH_N, S_USED_AT, S_CACHED_AT, S_QUEUED_AT, S_QUEUED_BLOCKS, S_ROUND, S_LISTENING, S_WAKING) = range(19)
+NUM_ES = 19  # S_QUEUED_BLOCKS: the blocks the queued requests' prompts will take; S_ROUND: multi-step;
+# S_LISTENING: the engine sleeps until woken; S_WAKING: its wake-up is on the loop's clock
 # Engine clocks: ef[e, ...] (float64).
-T_WAKE_AT, T_START, T_DURATION = range(3)
-NUM_EF = 3
+T_WAKE_AT, T_START, T_DURATION, T_TIMER_AT = range(4)
+NUM_EF = 4  # T_TIMER_AT: the earliest batching timer pending
 # Replicas: rp[r, ...] (int64); pf[r, ...] (float64) the pipeline's hand-off costs.
 R_FIRST, R_COUNT, R_TURN, R_ROLE = range(4)
 NUM_RP = 4
@@ -51,7 +52,9 @@ ROUTERS = {"round-robin": ROUND_ROBIN, "least-outstanding": LEAST_OUTSTANDING, "
 # The disaggregation link: lk[...] (float64).
 LK_BANDWIDTH, LK_LATENCY, LK_LAYERWISE, LK_LAYERS, LK_KV_BYTES = range(5)
 # Run-wide counters: g[...].
-G_SEED, G_OUT_N, G_LOG_N = range(3)
+G_SEED, G_OUT_N, G_LOG_N, G_FX_N, G_NEXT_RID, G_NEXT_SEND, G_USERS = range(7)
+# Run-wide floats: gf[...]: a closed-loop user's think time; when the pending arrival event is.
+GF_THINK, GF_NEXT_ARRIVAL = range(2)
 # The outbox: what an engine's turn left for its loop to act on, as rid * 8 + kind.
 DONE, HANDOFF, SEND_KV, DROP_KV = range(4)
 # The step log: one row per step, int32 columns then float64 (start, duration).
@@ -86,7 +89,10 @@ class Core(NamedTuple):
     rtable: BlockTable  # prefix-affinity: each replica's prefixes, as its router saw them
     lk: np.ndarray
     g: np.ndarray
+    gf: np.ndarray
     out: np.ndarray
+    fx: np.ndarray  # [capacity, 2] the effects of the handlers since the loop last took them: kind, who
+    fx_delay: np.ndarray  # [capacity] and after how long
     log_i: np.ndarray  # [LOG_INT_COLUMNS, LOG_ROWS] the step log's chunk, a row per column
     log_f: np.ndarray  # [2, LOG_ROWS] start, duration
     itl_hist: np.ndarray  # [classes, ITL_BINS]
@@ -137,12 +143,13 @@ def engines_of(scenario) -> list[EngineSpec]:
     return out
 
 
-def build_core(scenario, table: RequestTable) -> Core:
-    """The core of ``scenario``'s cluster over ``table``'s requests, nothing arrived yet."""
+def build_core(scenario, table: RequestTable, *, step_overhead_s: float = 0.0,
+               closed: tuple[int, float] | None = None) -> Core:
+    """The core of ``scenario``'s cluster over ``table``'s requests, nothing arrived yet
+    (``step_overhead_s``: a step's fixed cost, which a pipeline's first stage pays; ``closed``:
+    a closed loop's users and think time)."""
     specs = scenario.replica_specs
-    from sim.pricing.roofline import engine_of
-
-    overhead = engine_of(scenario).step_overhead_s
+    overhead = step_overhead_s
     pf = np.array([(overhead, scenario.model_spec.hidden_size * 2 / r.hardware.tp,
                     r.gpu.interconnect_bandwidth, 5e-6) for r in specs])
     lk = np.zeros(5)
@@ -151,11 +158,12 @@ def build_core(scenario, table: RequestTable) -> Core:
         lk[:] = (link.bandwidth, link.latency, link.layerwise_overlap, scenario.model_spec.num_layers,
                  scenario.model_spec.kv_bytes_per_token(scenario.quantization.kv_cache))
     return core_of(engines_of(scenario), table, seed=scenario.seed, router=scenario.router.policy,
-                   balance=scenario.router.balance_abs, pipeline=pf, link=lk)
+                   balance=scenario.router.balance_abs, pipeline=pf, link=lk, closed=closed)
 
 
 def core_of(engines: list[EngineSpec], table: RequestTable, *, seed: int = 0, router: str = "round-robin",
-            balance: int = 0, pipeline: np.ndarray | None = None, link: np.ndarray | None = None) -> Core:
+            balance: int = 0, pipeline: np.ndarray | None = None, link: np.ndarray | None = None,
+            closed: tuple[int, float] | None = None) -> Core:
     """A core over these engines (consecutive engines of one replica are its pipeline's)."""
     E = len(engines)
     R = engines[-1].replica + 1
@@ -191,6 +199,7 @@ def core_of(engines: list[EngineSpec], table: RequestTable, *, seed: int = 0, ro
     ints = lambda *shape: np.zeros(shape, dtype=np.int64)  # noqa: E731
     classes = len(table.class_names)
     levels = table.num_levels
+    effects = 2 * table.n + 4 * E + 64  # a request sends and lands once; an engine wakes, times, steps
     return Core(
         req=table.arrays(), ep=ep, epf=epf, es=es, ef=np.full((E, NUM_EF), np.inf),
         qhead=np.full((E, levels + 2), -1, dtype=np.int64), qtail=np.full((E, levels + 2), -1, dtype=np.int64),
@@ -198,6 +207,9 @@ def core_of(engines: list[EngineSpec], table: RequestTable, *, seed: int = 0, ro
         p_comp=ints(E, seats), p_samp=np.zeros((E, seats), dtype=np.bool_), shape=np.zeros((E, SHAPE_SIZE)),
         cache=block_table(caching), rp=rp, pf=np.zeros((R, 4)) if pipeline is None else pipeline,
         stage_free=np.zeros((R, int(rp[:, R_COUNT].max()))), rt=rt, rtable=block_table(router_tables),
-        lk=np.zeros(5) if link is None else link, g=np.array([seed, 0, 0], dtype=np.int64),
-        out=ints(2 * table.n + 64), log_i=np.zeros((len(LOG_INT_COLUMNS), LOG_ROWS), dtype=np.int32),
-        log_f=np.zeros((2, LOG_ROWS)), itl_hist=ints(classes, ITL_BINS), itl_sum=ints(classes))
+        lk=np.zeros(5) if link is None else link,
+        g=np.array([seed, 0, 0, 0, 0, 0, closed[0] if closed else 0], dtype=np.int64),
+        gf=np.array([closed[1] if closed else 0.0, np.inf]), out=ints(2 * table.n + 64),
+        fx=ints(effects, 2), fx_delay=np.zeros(effects),
+        log_i=np.zeros((len(LOG_INT_COLUMNS), LOG_ROWS), dtype=np.int32), log_f=np.zeros((2, LOG_ROWS)),
+        itl_hist=ints(classes, ITL_BINS), itl_sum=ints(classes))

@@ -24,6 +24,7 @@ from sim.errors import ScenarioError
 from sim.pricing import CostModelExecutor, make_cost_model
 from sim.pricing.costs import add_counts, encode, extrapolation_warnings
 from sim.pricing.profiled import COUNTERS
+from sim.pricing.roofline import engine_of
 from sim.results.metrics import check_request_times, requests_frame, summarize
 from sim.results.steplog import StepLog, engine_rows
 from sim.scenario.schema import Scenario
@@ -62,9 +63,9 @@ def simulate(scenario: Scenario, *, env: simpy.Environment | None = None,
     wall = time.perf_counter()
     workload = workload if workload is not None else build_workload(scenario)
     table = RequestTable.from_workload(workload)
-    core = build_core(scenario, table)
-    log = StepLog()
     closed = workload.closed_loop
+    core = build_core(scenario, table, step_overhead_s=engine_of(scenario).step_overhead_s, closed=closed)
+    log = StepLog()
     if env is None and executor_factory is None and clock is None and _compiled_loop(scenario):
         from sim.loops.compiled import run_compiled
         from sim.loops.events import K_STEPS
@@ -83,7 +84,7 @@ def simulate(scenario: Scenario, *, env: simpy.Environment | None = None,
     else:
         executors = [executor_factory(e) for e in range(core.es.shape[0])]
     env = env or simpy.Environment()
-    cluster = SimpyCluster(env, core, table, executors, closed=closed, clock=clock, on_log_full=log.take,
+    cluster = SimpyCluster(env, core, table, executors, clock=clock, on_log_full=log.take,
                            on_arrival=progress)
     with _wrapping():
         env.run()

@@ -102,18 +102,18 @@ def test_layerwise_overlap_hides_the_transfer_behind_the_prefill():
 
 
 def test_transfer_time_scales_with_tensor_parallel_senders():
-    from sim.core.calls import CoreCalls
     from sim.core.requests import RequestTable
-    from sim.core.state import build_core
+    from sim.core.state import build_core, core_ref
+    from sim.pricing.links import transfer_seconds
 
     def wire(tp: int) -> float:
         s = scenario(disaggregation={"prefill": {"count": 1, "hardware": {"tp": tp}}, "decode": {"count": 1},
                                      "link": {"type": "ethernet"}}, **LONE)
         t = RequestTable(np.zeros(1), np.array([1000]), np.array([5]))
         t.num_computed[0] = 1000
-        calls = CoreCalls(build_core(s, t))
+        core = build_core(s, t)
         t.source[0] = 0  # handed over by the prefill replica's engine
-        return calls.transfer_time(0) - 30e-6
+        return transfer_seconds(core_ref(core), 0) - 30e-6
 
     assert wire(2) == pytest.approx(wire(1) / 2)
 
