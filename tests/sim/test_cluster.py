@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from sim.core.plan import StepShape
-from sim.loops.run import simulate
+from sim.loops.run import drive, simulate
 from sim.pricing import make_cost_model
 from sim.scenario.memory import memory_budget
 from sim.scenario.specs import get_gpu, get_model
@@ -183,7 +183,7 @@ def test_swap_preemption_parks_kv_in_host_memory_and_brings_it_back():
             plans.append(plan)
             return inner.run(plan, table)
 
-    r = simulate(s, executor_factory=lambda _: Spy())
+    r = drive(s, lambda _: Spy(), mode="simulate")
     finished_all(r)
     assert r.summary["preemptions"] > 0
     out = sum(p.swap_out_blocks for p in plans)
