@@ -27,7 +27,7 @@ from sim.core.jit import jit, leaf
 from sim.core.plan import is_decode, shape_into
 from sim.core.preemption import grow, swap_in_waiting
 from sim.core.state import (
-    CHUNKED,
+    CHUNKED_PREFILL,
     CONTINUOUS,
     F_BATCH_TIMEOUT,
     P_BATCH_SIZE,
@@ -46,6 +46,7 @@ from sim.core.state import (
     S_ROUND,
     S_SWAP_IN,
     S_SWAP_OUT,
+    STATIC,
     T_WAKE_AT,
 )
 
@@ -162,9 +163,9 @@ def schedule(c, e, now):
     policy = c.ep[e, P_POLICY]
     if policy == CONTINUOUS:
         continuous(c, e)
-    elif policy == CHUNKED:
+    elif policy == CHUNKED_PREFILL:
         chunked(c, e)
-    else:
+    elif policy == STATIC:
         static(c, e, now)
     pn = c.es[e, S_PN]
     if pn == 0:

@@ -34,6 +34,7 @@ from sim.core.state import (
     R_COUNT,
     R_FIRST,
     R_TURN,
+    ROUND_ROBIN,
     RT_BALANCE,
     RT_COUNT,
     RT_FIRST,
@@ -123,9 +124,11 @@ def route(c, k, rid):
                 r, best = x, m
         # r now holds the prompt's blocks, as far as the router knows (it held the first `best`)
         bt.remember(c.rtable, r, c.req.prefix_ids, c.req.prefix_offsets[rid], c.req.prefix_offsets[rid + 1], best)
-    else:  # round-robin
+    elif kind == ROUND_ROBIN:
         r = first + c.rt[k, RT_TURN]
         c.rt[k, RT_TURN] = (c.rt[k, RT_TURN] + 1) % count
+    else:  # no other code: the scenario accepts only the names sim/vocab.py lists
+        r = first
     return r
 
 

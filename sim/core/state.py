@@ -19,6 +19,7 @@ from sim.core.blocktable import BlockTable, block_table, block_table_ref
 from sim.core.jit import HAVE_NUMBA, entry, struct
 from sim.core.plan import SHAPE_SIZE
 from sim.core.requests import Requests, RequestTable, requests_ref
+from sim.vocab import POLICIES, ROLES, ROUTERS
 
 # Engine settings: ep[e, ...] (int64).
 (P_POLICY, P_NUM_BLOCKS, P_BLOCK_SIZE, P_MAX_SEQS, P_MAX_BATCHED, P_CHUNK, P_WATERMARK, P_BATCH_SIZE, P_SWAP,
@@ -27,10 +28,9 @@ NUM_EP = 16
 # Engine settings: epf[e, ...] (float64).
 F_BATCH_TIMEOUT, F_SPEC_ALPHA = range(2)
 NUM_EPF = 2
-STATIC, CONTINUOUS, CHUNKED = range(3)
-POLICIES = {"static": STATIC, "continuous": CONTINUOUS, "chunked-prefill": CHUNKED}
-COLOCATED, PREFILL, DECODE = range(3)
-ROLES = {"colocated": COLOCATED, "prefill": PREFILL, "decode": DECODE}
+# Codes of the scenario's names (sim/vocab.py): a new name fails here until it has its constant.
+STATIC, CONTINUOUS, CHUNKED_PREFILL = POLICIES.values()
+COLOCATED, PREFILL, DECODE = ROLES.values()
 # Engine counters: es[e, ...] (int64).
 (S_FREE, S_HOST_FREE, S_NRUN, S_NWAIT, S_NSWAP, S_NREMOTE, S_NTRANSFER, S_PREEMPTED, S_PN, S_SWAP_IN, S_SWAP_OUT,
  S_BATCH_N, S_USED_AT, S_CACHED_AT, S_QUEUED_AT, S_QUEUED_BLOCKS, S_ROUND, S_LISTENING, S_WAKING) = range(19)
@@ -46,9 +46,7 @@ PF_OVERHEAD, PF_HIDDEN_BYTES, PF_LINK, PF_LATENCY = range(4)
 # Routers: rt[k, ...], k = FRONT (new requests) or BACK (handed-over requests, disaggregation).
 RT_KIND, RT_FIRST, RT_COUNT, RT_TURN, RT_BALANCE = range(5)
 FRONT, BACK = 0, 1
-ROUND_ROBIN, LEAST_OUTSTANDING, LEAST_KV, POWER_OF_TWO, PREFIX_AFFINITY = range(5)
-ROUTERS = {"round-robin": ROUND_ROBIN, "least-outstanding": LEAST_OUTSTANDING, "least-kv": LEAST_KV,
-           "power-of-two": POWER_OF_TWO, "prefix-affinity": PREFIX_AFFINITY}
+ROUND_ROBIN, LEAST_OUTSTANDING, LEAST_KV, POWER_OF_TWO, PREFIX_AFFINITY = ROUTERS.values()
 # The disaggregation link: lk[...] (float64).
 LK_BANDWIDTH, LK_LATENCY, LK_LAYERWISE, LK_LAYERS, LK_KV_BYTES = range(5)
 # Run-wide counters: g[...].

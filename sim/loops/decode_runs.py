@@ -25,7 +25,7 @@ from sim.core.jit import jit
 from sim.core.plan import decode_shape, is_decode
 from sim.core.policies import next_round_step
 from sim.core.state import (
-    CHUNKED,
+    CHUNKED_PREFILL,
     CONTINUOUS,
     G_LOG_N,
     G_OUT_N,
@@ -59,7 +59,7 @@ def steady(c, e, now):
     (and only they) decodes, every one of them had its last token now; nobody waits, nothing
     is on its way in, nothing was preempted or swapped for this step."""
     p = c.ep[e]
-    if p[P_POLICY] != CONTINUOUS and p[P_POLICY] != CHUNKED:
+    if p[P_POLICY] != CONTINUOUS and p[P_POLICY] != CHUNKED_PREFILL:
         return False
     if p[P_ROLE] == PREFILL or p[P_SPEC_K] or c.rp[p[P_REPLICA], R_COUNT] > 1:
         return False

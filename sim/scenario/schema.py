@@ -39,6 +39,7 @@ from sim.scenario.engines import (
 from sim.scenario.memory import MemoryBudget, memory_budget
 from sim.scenario.specs import GpuSpec, ModelSpec, get_gpu, get_model, model_from_hf_config
 from sim.traffic.schema import PositiveInt, Slo, Strict, WorkloadSpec
+from sim.vocab import Policy, Role, RouterPolicy
 
 Fraction = Annotated[float, Field(gt=0, le=1)]
 Gigabytes = Annotated[float, Field(ge=0, le=1e6)]  # a petabyte: beyond, byte counts overflow
@@ -118,7 +119,7 @@ class Speculative(Strict):
 
 
 class Scheduler(Strict):
-    policy: Literal["static", "continuous", "chunked-prefill"] = "continuous"
+    policy: Policy = "continuous"
     max_num_seqs: PositiveInt = 256
     max_batched_tokens: PositiveInt = 8192  # tokens in one step (continuous batching)
     chunk_size: PositiveInt = 512  # token budget of one step (chunked prefill)
@@ -187,8 +188,7 @@ class Disaggregation(Strict):
 
 
 class Router(Strict):
-    policy: Literal["round-robin", "least-outstanding", "least-kv", "power-of-two",
-                    "prefix-affinity"] = "round-robin"
+    policy: RouterPolicy = "round-robin"
     # prefix-affinity: the replica with the longest cached prefix wins unless it has more than
     # this many outstanding requests beyond the least loaded replica
     balance_abs: NonNegativeInt = 16
@@ -245,7 +245,7 @@ class ReplicaSpec:
     """One replica, resolved: its role, hardware, scheduler and KV memory."""
 
     index: int
-    role: str  # colocated | prefill | decode
+    role: Role
     hardware: Hardware
     scheduler: Scheduler
     memory: MemoryBudget
