@@ -14,17 +14,7 @@ from sim.core.jit import entry
 from sim.core.plan import BatchPlan
 from sim.core.policies import schedule
 from sim.core.requests import Status
-from sim.core.state import (
-    FRONT,
-    G_FX_N,
-    P_BLOCK_SIZE,
-    P_SPEC_K,
-    S_PN,
-    S_SWAP_IN,
-    S_SWAP_OUT,
-    Core,
-    core_ref,
-)
+from sim.core.state import FRONT, Core, Counter, RunCounter, Setting, core_ref
 
 (SCHEDULE, BEGIN_STEP, COMMIT, SUBMIT, TURN, START_STEP, STEP_END, WOKEN, HANDLE, START) = range(10)
 _NO_STOP = np.zeros(0, dtype=np.bool_)
@@ -63,7 +53,7 @@ class CoreCalls:
     def __init__(self, core: Core):
         self.c = core
         self.ref = core_ref(core)
-        self.holding: list[set[int]] = [set() for _ in range(core.es.shape[0])]  # given blocks in a plan
+        self.holding: list[set[int]] = [set() for _ in range(core.counters.shape[0])]  # given blocks in a plan
 
     def _do(self, op, e=0, rid=0, now=0.0, x=0.0, stopped=None) -> float:
         use = stopped is not None
@@ -77,7 +67,7 @@ class CoreCalls:
         """Engine e's planned step as a BatchPlan, with the memory actions since its last one:
         requests whose blocks were freed (finished) or taken back (preempted)."""
         c = self.c
-        n = int(c.es[e, S_PN])
+        n = int(c.counters[e, Counter.PN])
         ids = c.p_ids[e, :n].copy()
         r, held = c.req, self.holding[e]
         gone = [rid for rid in held if r.num_blocks[rid] == 0]
@@ -86,11 +76,12 @@ class CoreCalls:
         waiting = [rid for rid in gone if r.status[rid] == Status.WAITING]
         return BatchPlan(req_ids=ids, num_new_tokens=c.p_new[e, :n].copy(), num_computed=c.p_comp[e, :n].copy(),
                          samples=c.p_samp[e, :n].copy(), num_blocks=r.num_blocks[ids],
-                         spec_tokens=int(c.ep[e, P_SPEC_K]),
+                         spec_tokens=int(c.settings[e, Setting.SPEC_K]),
                          freed=np.array(sorted(set(gone) - set(waiting)), dtype=np.int64),
                          preempted=np.array(sorted(waiting), dtype=np.int64),
-                         swap_in_blocks=int(c.es[e, S_SWAP_IN]), swap_out_blocks=int(c.es[e, S_SWAP_OUT]),
-                         block_size=int(c.ep[e, P_BLOCK_SIZE]))
+                         swap_in_blocks=int(c.counters[e, Counter.SWAP_IN]),
+                         swap_out_blocks=int(c.counters[e, Counter.SWAP_OUT]),
+                         block_size=int(c.settings[e, Setting.BLOCK_SIZE]))
 
     def begin_step(self, e: int, now: float, duration: float) -> None:
         """The planned step starts (Standalone: no loop, no effects)."""
@@ -125,8 +116,8 @@ class CoreCalls:
     def effects(self) -> list[tuple[int, int, float]]:
         """The handlers' effects since the last call, in order: (kind, who, delay)."""
         c = self.c
-        n = int(c.g[G_FX_N])
-        c.g[G_FX_N] = 0
+        n = int(c.run_counters[RunCounter.FX_N])
+        c.run_counters[RunCounter.FX_N] = 0
         return list(zip(c.fx[:n, 0].tolist(), c.fx[:n, 1].tolist(), c.fx_delay[:n].tolist(), strict=True))
 
 

@@ -17,41 +17,18 @@ from sim.core.requests import Status
 from sim.core.rng import accepted_drafts
 from sim.core.state import (
     DONE,
-    F_SPEC_ALPHA,
-    G_LOG_N,
-    G_SEED,
     HANDOFF,
     ITL_BINS,
     ITL_LOG_MIN,
     ITL_PER_DECADE,
-    L_CACHED,
-    L_DECODES,
-    L_ENGINE,
-    L_PREFILL,
-    L_QUEUE,
-    L_REPLICA,
-    L_SEQS,
-    L_TOKENS,
-    L_USED,
-    P_NUM_BLOCKS,
-    P_POLICY,
-    P_PREFIX,
-    P_REPLICA,
-    P_ROLE,
-    P_SPEC_K,
     PREFILL,
-    S_CACHED_AT,
-    S_FREE,
-    S_NREMOTE,
-    S_NRUN,
-    S_NSWAP,
-    S_NWAIT,
-    S_PN,
-    S_QUEUED_AT,
-    S_USED_AT,
     STATIC,
-    T_DURATION,
-    T_START,
+    Clock,
+    Counter,
+    FloatSetting,
+    LogColumn,
+    RunCounter,
+    Setting,
 )
 
 FINISHED, TRANSFER = int(Status.FINISHED), int(Status.TRANSFER)
@@ -59,16 +36,16 @@ FINISHED, TRANSFER = int(Status.FINISHED), int(Status.TRANSFER)
 
 @leaf
 def queue_len(c, e):
-    return c.es[e, S_NWAIT] + c.es[e, S_NSWAP] + c.es[e, S_NREMOTE]
+    return c.counters[e, Counter.NWAIT] + c.counters[e, Counter.NSWAP] + c.counters[e, Counter.NREMOTE]
 
 
 @leaf
 def snapshot(c, e):
     """What the step log records of engine e as a step starts: blocks in use, cached, queue."""
     unused = bt.unused(c.cache, e)
-    c.es[e, S_USED_AT] = c.ep[e, P_NUM_BLOCKS] - c.es[e, S_FREE] - unused
-    c.es[e, S_CACHED_AT] = unused
-    c.es[e, S_QUEUED_AT] = queue_len(c, e)
+    c.counters[e, Counter.USED_AT] = c.settings[e, Setting.NUM_BLOCKS] - c.counters[e, Counter.FREE] - unused
+    c.counters[e, Counter.CACHED_AT] = unused
+    c.counters[e, Counter.QUEUED_AT] = queue_len(c, e)
 
 
 @jit
@@ -76,8 +53,8 @@ def begin_step(c, e, now, duration):
     """The planned step starts at ``now`` and lasts ``duration`` (priced, pipeline waits
     included: sim/pricing)."""
     snapshot(c, e)
-    c.ef[e, T_START] = now
-    c.ef[e, T_DURATION] = duration
+    c.clocks[e, Clock.START] = now
+    c.clocks[e, Clock.DURATION] = duration
 
 
 @leaf
@@ -124,9 +101,9 @@ def commit(c, e, now, stopped, use_stopped):
     """Apply engine ``e``'s finished step at ``now``. ``stopped[i]``: row i's sampled token
     was an end of sequence (a real engine; read when ``use_stopped``)."""
     r = c.req
-    pn = c.es[e, S_PN]
-    spec_k = c.ep[e, P_SPEC_K]
-    prefill_role = c.ep[e, P_ROLE] == PREFILL
+    pn = c.counters[e, Counter.PN]
+    spec_k = c.settings[e, Setting.SPEC_K]
+    prefill_role = c.settings[e, Setting.ROLE] == PREFILL
     ids, new, comp, samp = c.p_ids[e], c.p_new[e], c.p_comp[e], c.p_samp[e]
     num_computed, num_generated, num_tokens, output_len = r.num_computed, r.num_generated, r.num_tokens, r.output_len
     tokens = 0
@@ -136,7 +113,7 @@ def commit(c, e, now, stopped, use_stopped):
         tokens += new[i]
         if is_decode(new[i], comp[i]):
             decodes += 1
-    prefix = c.ep[e, P_PREFIX]
+    prefix = c.settings[e, Setting.PREFIX]
     for i in range(pn):
         if not samp[i]:
             continue
@@ -144,7 +121,8 @@ def commit(c, e, now, stopped, use_stopped):
         gained = 1
         if spec_k:  # a decode keeps its accepted drafts plus one token of the target's own
             if is_decode(new[i], comp[i]):
-                gained = 1 + accepted_drafts(c.g[G_SEED], rid, num_generated[rid], spec_k, c.epf[e, F_SPEC_ALPHA])
+                gained = 1 + accepted_drafts(c.run_counters[RunCounter.SEED], rid, num_generated[rid], spec_k,
+                                             c.float_settings[e, FloatSetting.SPEC_ALPHA])
             gained = min(gained, output_len[rid] - num_generated[rid])
             num_computed[rid] += gained - 1  # the kept drafts' KV entries are valid
         num_generated[rid] += gained
@@ -173,12 +151,12 @@ def commit(c, e, now, stopped, use_stopped):
             any_done = True
     if any_done:
         k = 0
-        for i in range(c.es[e, S_NRUN]):
+        for i in range(c.counters[e, Counter.NRUN]):
             rid = c.running[e, i]
             if r.status[rid] == RUNNING:
                 c.running[e, k] = rid
                 k += 1
-        c.es[e, S_NRUN] = k
+        c.counters[e, Counter.NRUN] = k
     log_step(c, e, pn, tokens, decodes)
 
 
@@ -187,7 +165,7 @@ def finish(c, e, rid, now):
     r = c.req
     r.status[rid] = FINISHED
     r.completion[rid] = now
-    if c.ep[e, P_POLICY] != STATIC:  # a static batch keeps its memory until the batch ends
+    if c.settings[e, Setting.POLICY] != STATIC:  # a static batch keeps its memory until the batch ends
         kv.free_blocks(c, e, rid)
     emit(c, rid, DONE)
 
@@ -202,25 +180,25 @@ def hand_over(c, e, rid, now):
     r.held_cached[rid] = r.cache_blocks[rid]
     r.num_blocks[rid] = 0
     r.cache_blocks[rid] = 0
-    r.handoff_s[rid] = c.ef[e, T_DURATION]
+    r.handoff_s[rid] = c.clocks[e, Clock.DURATION]
     emit(c, rid, HANDOFF)
 
 
 @jit
 def log_step(c, e, pn, tokens, decodes):
-    row = c.g[G_LOG_N]
+    row = c.run_counters[RunCounter.LOG_N]
     li = c.log_i
-    li[L_REPLICA, row] = c.ep[e, P_REPLICA]
-    li[L_ENGINE, row] = e
-    li[L_SEQS, row] = pn
-    li[L_TOKENS, row] = tokens
-    li[L_PREFILL, row] = tokens - decodes
-    li[L_DECODES, row] = decodes
-    li[L_USED, row] = c.es[e, S_USED_AT]
-    li[L_CACHED, row] = c.es[e, S_CACHED_AT]
-    li[L_QUEUE, row] = c.es[e, S_QUEUED_AT]
-    c.log_f[0, row] = c.ef[e, T_START]
-    c.log_f[1, row] = c.ef[e, T_DURATION]
-    c.g[G_LOG_N] = row + 1
+    li[LogColumn.REPLICA, row] = c.settings[e, Setting.REPLICA]
+    li[LogColumn.ENGINE, row] = e
+    li[LogColumn.NUM_SEQS, row] = pn
+    li[LogColumn.NUM_TOKENS, row] = tokens
+    li[LogColumn.PREFILL_TOKENS, row] = tokens - decodes
+    li[LogColumn.DECODE_SEQS, row] = decodes
+    li[LogColumn.KV_BLOCKS_USED, row] = c.counters[e, Counter.USED_AT]
+    li[LogColumn.KV_BLOCKS_CACHED, row] = c.counters[e, Counter.CACHED_AT]
+    li[LogColumn.QUEUE_LEN, row] = c.counters[e, Counter.QUEUED_AT]
+    c.log_f[0, row] = c.clocks[e, Clock.START]
+    c.log_f[1, row] = c.clocks[e, Clock.DURATION]
+    c.run_counters[RunCounter.LOG_N] = row + 1
 
 

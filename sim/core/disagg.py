@@ -11,15 +11,7 @@ from sim.core.admission import free_seats, join_running, never_fits, reject
 from sim.core.commit import token_out
 from sim.core.jit import jit
 from sim.core.outbox import emit
-from sim.core.state import (
-    DROP_KV,
-    P_BLOCK_SIZE,
-    P_SPEC_K,
-    P_WATERMARK,
-    S_NREMOTE,
-    S_NTRANSFER,
-    SEND_KV,
-)
+from sim.core.state import DROP_KV, SEND_KV, Counter, Setting
 
 
 @jit
@@ -28,9 +20,9 @@ def admit_remote(c, e):
     cache can be sent; one that can never fit here is turned away."""
     r = c.req
     q = queues.remote_q(c)
-    room = kv.available(c, e) - c.ep[e, P_WATERMARK]
+    room = kv.available(c, e) - c.settings[e, Setting.WATERMARK]
     seats = free_seats(c, e)
-    while c.es[e, S_NREMOTE] > 0 and seats > 0:
+    while c.counters[e, Counter.NREMOTE] > 0 and seats > 0:
         rid = c.qhead[e, q]
         reason = never_fits(c, e, rid)
         if reason:
@@ -38,7 +30,7 @@ def admit_remote(c, e):
             reject(c, rid, reason)
             emit(c, rid, DROP_KV)
             continue
-        need = kv.blocks_for(r.num_computed[rid] + 1 + c.ep[e, P_SPEC_K], c.ep[e, P_BLOCK_SIZE])
+        need = kv.blocks_for(r.num_computed[rid] + 1 + c.settings[e, Setting.SPEC_K], c.settings[e, Setting.BLOCK_SIZE])
         if need > room:
             break
         queues.pop_front(c, e, q)
@@ -46,7 +38,7 @@ def admit_remote(c, e):
         room -= need
         seats -= 1
         r.num_blocks[rid] = need
-        c.es[e, S_NTRANSFER] += 1
+        c.counters[e, Counter.NTRANSFER] += 1
         emit(c, rid, SEND_KV)
 
 
@@ -65,7 +57,7 @@ def release_source(c, rid):
 
 @jit
 def kv_arrived(c, e, rid, now):
-    c.es[e, S_NTRANSFER] -= 1
+    c.counters[e, Counter.NTRANSFER] -= 1
     join_running(c, e, rid)
     token_out(c, rid, now, -1.0, 0)
 

@@ -29,26 +29,7 @@ from sim.core import disagg, router
 from sim.core.commit import begin_step, commit
 from sim.core.jit import jit, leaf
 from sim.core.policies import schedule
-from sim.core.state import (
-    BACK,
-    DONE,
-    DROP_KV,
-    FRONT,
-    G_FX_N,
-    G_NEXT_RID,
-    G_NEXT_SEND,
-    G_OUT_N,
-    G_USERS,
-    GF_NEXT_ARRIVAL,
-    GF_THINK,
-    HANDOFF,
-    S_LISTENING,
-    S_NREMOTE,
-    S_WAKING,
-    SEND_KV,
-    T_TIMER_AT,
-    T_WAKE_AT,
-)
+from sim.core.state import BACK, DONE, DROP_KV, FRONT, HANDOFF, SEND_KV, Clock, Counter, RunCounter, RunTime
 
 # Effects, and the events a loop makes of them.
 WAKE, STEP_END, ARRIVAL, SEND, LANDED, TIMER = range(6)
@@ -58,18 +39,18 @@ PRICED = -1.0  # a LANDED effect's delay: the link's price, which the loop asks 
 
 @leaf
 def effect(c, kind, who, delay):
-    n = c.g[G_FX_N]
+    n = c.run_counters[RunCounter.FX_N]
     c.fx[n, 0] = kind
     c.fx[n, 1] = who
     c.fx_delay[n] = delay
-    c.g[G_FX_N] = n + 1
+    c.run_counters[RunCounter.FX_N] = n + 1
 
 
 @leaf
 def wake(c, e):
     """Engine e has something new: wake it if it sleeps and no wake-up is on its way."""
-    if c.es[e, S_LISTENING] and not c.es[e, S_WAKING]:
-        c.es[e, S_WAKING] = 1
+    if c.counters[e, Counter.LISTENING] and not c.counters[e, Counter.WAKING]:
+        c.counters[e, Counter.WAKING] = 1
         effect(c, WAKE, e, 0.0)
 
 
@@ -79,12 +60,12 @@ def react(c, now):
     request's user sends the next after thinking it over (closed loop); a prefilled request
     goes to a decode replica; a reserved KV cache starts its transfer; one the decode pool can
     never hold frees its prefill replica's copy."""
-    for i in range(c.g[G_OUT_N]):
+    for i in range(c.run_counters[RunCounter.OUT_N]):
         rid, kind = c.out[i] >> 3, c.out[i] & 7
         if kind == DONE:
-            if c.g[G_USERS] > 0 and c.g[G_NEXT_SEND] < c.req.arrival.shape[0]:
-                effect(c, SEND, c.g[G_NEXT_SEND], c.gf[GF_THINK])
-                c.g[G_NEXT_SEND] += 1
+            if c.run_counters[RunCounter.USERS] > 0 and c.run_counters[RunCounter.NEXT_SEND] < c.req.arrival.shape[0]:
+                effect(c, SEND, c.run_counters[RunCounter.NEXT_SEND], c.run_times[RunTime.THINK])
+                c.run_counters[RunCounter.NEXT_SEND] += 1
         elif kind == HANDOFF:
             wake(c, router.receive(c, router.route(c, BACK, rid), rid))
         elif kind == SEND_KV:
@@ -92,7 +73,7 @@ def react(c, now):
         elif kind == DROP_KV:
             disagg.release_source(c, rid)
             wake(c, c.req.source[rid])
-    c.g[G_OUT_N] = 0
+    c.run_counters[RunCounter.OUT_N] = 0
 
 
 @jit
@@ -100,22 +81,22 @@ def turn(c, e, now):
     """An engine's turn: make room for KV caches coming from prefill replicas, plan a step, act
     on what that left. Returns the planned rows (the loop prices the step and calls
     ``start_step``), or 0: the engine sleeps until woken (or its batching timer fires)."""
-    if c.es[e, S_NREMOTE]:
+    if c.counters[e, Counter.NREMOTE]:
         disagg.admit_remote(c, e)
         react(c, now)
     pn = schedule(c, e, now)
     react(c, now)
     if pn:
         return pn
-    wake_at = c.ef[e, T_WAKE_AT]
+    wake_at = c.clocks[e, Clock.WAKE_AT]
     if np.isfinite(wake_at):
         delay = max(wake_at - now, 0.0)
         at = now + delay
-        if at < c.ef[e, T_TIMER_AT]:
-            c.ef[e, T_TIMER_AT] = at
+        if at < c.clocks[e, Clock.TIMER_AT]:
+            c.clocks[e, Clock.TIMER_AT] = at
             effect(c, TIMER, e, delay)
-    c.es[e, S_LISTENING] = 1
-    c.es[e, S_WAKING] = 0
+    c.counters[e, Counter.LISTENING] = 1
+    c.counters[e, Counter.WAKING] = 0
     return 0
 
 
@@ -137,8 +118,8 @@ def step_end(c, e, now, stopped, use_stopped):
 @leaf
 def woken(c, e):
     """Engine e is awake; its turn follows."""
-    c.es[e, S_LISTENING] = 0
-    c.es[e, S_WAKING] = 0
+    c.counters[e, Counter.LISTENING] = 0
+    c.counters[e, Counter.WAKING] = 0
 
 
 @jit
@@ -154,28 +135,28 @@ def arrivals(c, now, due):
     ``now`` an ulp short of its time)."""
     planned = c.req.arrival
     n = planned.shape[0]
-    while c.g[G_NEXT_RID] < n:
-        rid = c.g[G_NEXT_RID]
+    while c.run_counters[RunCounter.NEXT_RID] < n:
+        rid = c.run_counters[RunCounter.NEXT_RID]
         if planned[rid] > now and not due:
             delay = planned[rid] - now
-            c.gf[GF_NEXT_ARRIVAL] = now + delay
+            c.run_times[RunTime.NEXT_ARRIVAL] = now + delay
             effect(c, ARRIVAL, -1, delay)
             return
         due = False
         submit(c, rid, now)
-        c.g[G_NEXT_RID] += 1
+        c.run_counters[RunCounter.NEXT_RID] += 1
 
 
 @jit
 def start(c, now):
     """Traffic starts (after every engine's first turn): a closed loop's users each send their
     first request at once; an open loop's requests arrive at their times."""
-    users = c.g[G_USERS]
+    users = c.run_counters[RunCounter.USERS]
     if users > 0:
         first = min(users, c.req.arrival.shape[0])
         for rid in range(first):
             effect(c, SEND, rid, 0.0)
-        c.g[G_NEXT_SEND] = first
+        c.run_counters[RunCounter.NEXT_SEND] = first
     else:
         arrivals(c, now, False)
 
@@ -194,8 +175,8 @@ def landed(c, rid, now):
 @jit
 def timer(c, e, now):
     """Engine e's batching timer fires (a later one it set since stays pending)."""
-    if now == c.ef[e, T_TIMER_AT]:
-        c.ef[e, T_TIMER_AT] = np.inf
+    if now == c.clocks[e, Clock.TIMER_AT]:
+        c.clocks[e, Clock.TIMER_AT] = np.inf
     wake(c, e)
 
 
@@ -203,7 +184,7 @@ def timer(c, e, now):
 def handle(c, kind, who, now):
     """An event other than the engines' own (WAKE, STEP_END) has come: its handler."""
     if kind == ARRIVAL:
-        c.gf[GF_NEXT_ARRIVAL] = np.inf
+        c.run_times[RunTime.NEXT_ARRIVAL] = np.inf
         arrivals(c, now, True)
     elif kind == SEND:
         submit(c, who, now)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from sim.core import handlers
 from sim.core.handlers import STEP_END, WAKE
 from sim.core.jit import entry
-from sim.core.state import DECODE, G_LOG_N, G_NEXT_RID, G_NEXT_SEND, LOG_ROWS, R_ROLE, Core, core_ref
+from sim.core.state import DECODE, LOG_ROWS, Core, Replica, RunCounter, core_ref
 from sim.loops.decode_runs import decode_run, steady
 from sim.loops.events import (
     FINISHED,
@@ -44,7 +44,7 @@ from sim.pricing.costs import Costs, costs_ref
 def run_events(c, costs, L, seats):
     """Take events until everyone is done, the step log's chunk is full, or the heap may run
     out of room. Returns why it stopped."""
-    E = c.es.shape[0]
+    E = c.counters.shape[0]
     if not L.k[K_STARTED]:
         L.k[K_STARTED] = 1
         for e in range(E):  # every engine starts, finds nothing to do and listens
@@ -53,7 +53,7 @@ def run_events(c, costs, L, seats):
         apply(c, L, 0.0)
     room = 2 * E + 4 * seats + 16  # the most events one event can add
     while L.k[K_HEAP_N]:
-        if c.g[G_LOG_N] == LOG_ROWS:
+        if c.run_counters[RunCounter.LOG_N] == LOG_ROWS:
             return LOG_FULL
         if L.k[K_HEAP_N] + room > L.ht.shape[0]:
             return HEAP_FULL
@@ -80,9 +80,9 @@ def run_compiled(core: Core, costs: Costs, closed: tuple[int, float] | None,
                  on_log_full: Callable[[Core], None], progress: Callable[[int], None] | None = None) -> Loop:
     """Simulate every request of ``core`` with the compiled loop. ``on_log_full`` takes each full
     chunk of the step log; ``progress`` hears how many requests have arrived, now and then."""
-    E = core.es.shape[0]
+    E = core.counters.shape[0]
     seats = core.p_ids.shape[1]
-    apart = closed is None and not (core.rp[:, R_ROLE] == DECODE).any()
+    apart = closed is None and not (core.replicas[:, Replica.ROLE] == DECODE).any()
     L = new_loop(E, 4 * (2 * E + 4 * seats + 16) + (closed[0] if closed else 0), apart)
     c, cost_ref, ref = core_ref(core), costs_ref(costs), loop_ref(L)
     while True:
@@ -93,7 +93,7 @@ def run_compiled(core: Core, costs: Costs, closed: tuple[int, float] | None,
         elif why == LOG_FULL:
             on_log_full(core)
         if progress is not None:
-            progress(int(core.g[G_NEXT_RID] if not closed else core.g[G_NEXT_SEND]))
+            progress(int(core.run_counters[RunCounter.NEXT_SEND if closed else RunCounter.NEXT_RID]))
         if why == FINISHED:
             return L
 

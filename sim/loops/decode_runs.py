@@ -24,29 +24,7 @@ from sim.core.commit import begin_step, count_gaps, finish, gap_ns, itl_bin, log
 from sim.core.jit import jit
 from sim.core.plan import decode_shape, is_decode
 from sim.core.policies import next_round_step
-from sim.core.state import (
-    CHUNKED_PREFILL,
-    CONTINUOUS,
-    G_LOG_N,
-    G_OUT_N,
-    LOG_ROWS,
-    P_BLOCK_SIZE,
-    P_POLICY,
-    P_REPLICA,
-    P_ROLE,
-    P_SPEC_K,
-    PREFILL,
-    R_COUNT,
-    S_NREMOTE,
-    S_NRUN,
-    S_NSWAP,
-    S_NTRANSFER,
-    S_NWAIT,
-    S_PN,
-    S_PREEMPTED,
-    S_SWAP_IN,
-    S_SWAP_OUT,
-)
+from sim.core.state import CHUNKED_PREFILL, CONTINUOUS, LOG_ROWS, PREFILL, Counter, Replica, RunCounter, Setting
 from sim.loops.events import K_HEAP_N, K_JUMPED, K_STEPS, apply, priced, turn
 
 RUN_STEPS = 64  # the longest run: only rows that end or grow within it are sorted
@@ -58,19 +36,20 @@ def steady(c, e, now):
     engine, not prefilling for others, not pipelined, no speculation; every running request
     (and only they) decodes, every one of them had its last token now; nobody waits, nothing
     is on its way in, nothing was preempted or swapped for this step."""
-    p = c.ep[e]
-    if p[P_POLICY] != CONTINUOUS and p[P_POLICY] != CHUNKED_PREFILL:
+    p = c.settings[e]
+    if p[Setting.POLICY] != CONTINUOUS and p[Setting.POLICY] != CHUNKED_PREFILL:
         return False
-    if p[P_ROLE] == PREFILL or p[P_SPEC_K] or c.rp[p[P_REPLICA], R_COUNT] > 1:
+    if p[Setting.ROLE] == PREFILL or p[Setting.SPEC_K] or c.replicas[p[Setting.REPLICA], Replica.COUNT] > 1:
         return False
-    s = c.es[e]
-    if s[S_PN] != s[S_NRUN] or s[S_NWAIT] or s[S_NSWAP] or s[S_NREMOTE] or s[S_NTRANSFER]:
+    s = c.counters[e]
+    if (s[Counter.PN] != s[Counter.NRUN] or s[Counter.NWAIT] or s[Counter.NSWAP] or s[Counter.NREMOTE]
+            or s[Counter.NTRANSFER]):
         return False
-    if s[S_PREEMPTED] or s[S_SWAP_IN] or s[S_SWAP_OUT]:
+    if s[Counter.PREEMPTED] or s[Counter.SWAP_IN] or s[Counter.SWAP_OUT]:
         return False
     ids, new, comp, samp, last = c.p_ids[e], c.p_new[e], c.p_comp[e], c.p_samp[e], c.req.last_token
     ok = True
-    for i in range(s[S_PN]):
+    for i in range(s[Counter.PN]):
         ok = ok and is_decode(new[i], comp[i]) and samp[i] and last[ids[i]] == now
     return ok
 
@@ -80,11 +59,11 @@ def decode_run(c, costs, L, e, now, end, horizon):
     """Commit engine e's steady decode steps (the first planned at ``now``, ending at ``end``)
     that end before ``horizon``. Returns when the step it leaves planned ends (the caller
     waits for it), or -1 when it handed the engine back to its ordinary turn."""
-    if not end < horizon or c.g[G_LOG_N] == LOG_ROWS:
+    if not end < horizon or c.run_counters[RunCounter.LOG_N] == LOG_ROWS:
         return end
     r = c.req
-    n = c.es[e, S_PN]
-    bs = c.ep[e, P_BLOCK_SIZE]
+    n = c.counters[e, Counter.PN]
+    bs = c.settings[e, Setting.BLOCK_SIZE]
     ids = c.p_ids[e, :n].copy()  # in running order
     c0 = c.p_comp[e, :n].copy()  # cached tokens before step 1
     h = r.num_blocks[ids]  # blocks held for step 1
@@ -129,7 +108,7 @@ def decode_run(c, costs, L, e, now, end, horizon):
             context -= c0[i] + j
             if growing[i]:
                 cnt[grow_at[i] % bs] -= 1
-        if c.g[G_OUT_N]:  # rows ended: what they left to do
+        if c.run_counters[RunCounter.OUT_N]:  # rows ended: what they left to do
             handlers.react(c, t)
             apply(c, L, t)
         if not L.engines_apart[0] and L.k[K_HEAP_N] and L.ht[0] < horizon:
@@ -159,7 +138,7 @@ def decode_run(c, costs, L, e, now, end, horizon):
         duration = priced(c, costs, L, e, t)
         begin_step(c, e, t, duration)
         t_prev, t = t, t + duration
-        if not t < horizon or c.g[G_LOG_N] == LOG_ROWS:
+        if not t < horizon or c.run_counters[RunCounter.LOG_N] == LOG_ROWS:
             _leave(c, e, ids, c0, h, live, j, t_prev, bs, True)
             return t
 
@@ -213,6 +192,6 @@ def _leave(c, e, ids, c0, h, live, j, t, bs, planned):
             c.p_comp[e, k] = c0[i] + committed
             c.p_samp[e, k] = True
         k += 1
-    c.es[e, S_NRUN] = k
+    c.counters[e, Counter.NRUN] = k
     if planned:
-        c.es[e, S_PN] = k
+        c.counters[e, Counter.PN] = k

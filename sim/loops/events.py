@@ -13,18 +13,7 @@ import numpy as np
 from sim.core import handlers
 from sim.core.handlers import PRICED, STEP_END
 from sim.core.jit import HAVE_NUMBA, entry, jit, leaf, struct
-from sim.core.state import (
-    FRONT,
-    G_FX_N,
-    G_NEXT_RID,
-    GF_NEXT_ARRIVAL,
-    P_REPLICA,
-    ROUND_ROBIN,
-    RT_COUNT,
-    RT_FIRST,
-    RT_KIND,
-    RT_TURN,
-)
+from sim.core.state import FRONT, ROUND_ROBIN, Routing, RunCounter, RunTime, Setting
 from sim.pricing.costs import price
 from sim.pricing.links import pipelined, transfer_time
 from sim.pricing.profiled import COUNTERS
@@ -140,13 +129,13 @@ def apply(c, L, now):
     """Push the handlers' effects as events, in order; returns when the step a turn started
     ends (the caller pushes it, maybe after a decode run), or -1 if none did."""
     end = -1.0
-    for i in range(c.g[G_FX_N]):
+    for i in range(c.run_counters[RunCounter.FX_N]):
         kind, who, delay = c.fx[i, 0], c.fx[i, 1], c.fx_delay[i]
         if kind == STEP_END:
             end = now + delay
         else:
             push(L, now + (transfer_time(c, who) if delay == PRICED else delay), kind, who)
-    c.g[G_FX_N] = 0
+    c.run_counters[RunCounter.FX_N] = 0
     return end
 
 
@@ -185,13 +174,13 @@ def horizon(c, L, e):
     replica; else any arrival); otherwise the next event of any kind."""
     if not L.engines_apart[0]:
         return L.ht[0] if L.k[K_HEAP_N] else np.inf
-    count = c.rt[FRONT, RT_COUNT]
-    if c.rt[FRONT, RT_KIND] != ROUND_ROBIN or count == 1:
-        return c.gf[GF_NEXT_ARRIVAL]
-    offset = (c.ep[e, P_REPLICA] - c.rt[FRONT, RT_FIRST] - c.rt[FRONT, RT_TURN]) % count
+    count = c.routers[FRONT, Routing.COUNT]
+    if c.routers[FRONT, Routing.KIND] != ROUND_ROBIN or count == 1:
+        return c.run_times[RunTime.NEXT_ARRIVAL]
+    offset = (c.settings[e, Setting.REPLICA] - c.routers[FRONT, Routing.FIRST] - c.routers[FRONT, Routing.TURN]) % count
     if offset == 0:
-        return c.gf[GF_NEXT_ARRIVAL]
-    rid = c.g[G_NEXT_RID] + offset
+        return c.run_times[RunTime.NEXT_ARRIVAL]
+    rid = c.run_counters[RunCounter.NEXT_RID] + offset
     if rid >= c.req.arrival.shape[0]:
         return np.inf
     t = c.req.arrival[rid]  # planned; its event lands within an ulp of it: stop a little before

@@ -21,7 +21,7 @@ import simpy
 from sim.core.jit import HAVE_NUMBA
 from sim.core.plan import Executor
 from sim.core.requests import RequestTable
-from sim.core.state import P_NUM_BLOCKS, build_core
+from sim.core.state import Setting, build_core
 from sim.errors import ScenarioError
 from sim.pricing import CostModelExecutor, make_cost_model
 from sim.pricing.costs import add_counts, encode, extrapolation_warnings
@@ -63,7 +63,7 @@ def simulate(scenario: Scenario, *, cost=None, scale: float = 1.0, progress: Cal
     times ``scale`` (a machine's drift since calibration)."""
     wall = time.perf_counter()
     run = _Run(scenario, workload)
-    costs = engine_costs(scenario) if cost is None else [cost] * run.core.es.shape[0]
+    costs = engine_costs(scenario) if cost is None else [cost] * run.core.counters.shape[0]
     if not _compiled_loop(scenario):
         return _on_simpy(run, [CostModelExecutor(c, scale) for c in costs], simpy.Environment(), None, progress,
                          "simulate", wall)
@@ -85,7 +85,7 @@ def drive(scenario: Scenario, executor_factory: Callable[[int], Executor], *, en
     wall ``clock`` (a step then lasts at least what it took)."""
     wall = time.perf_counter()
     run = _Run(scenario, workload)
-    executors = [executor_factory(e) for e in range(run.core.es.shape[0])]
+    executors = [executor_factory(e) for e in range(run.core.counters.shape[0])]
     return _on_simpy(run, executors, env or simpy.Environment(), clock, None, mode, wall)
 
 
@@ -146,7 +146,7 @@ def collect(scenario: Scenario, table: RequestTable, workload, steps: pd.DataFra
     priced beyond its measured range, per counter."""
     check_request_times(table)
     requests = requests_frame(table, scenario.slo, workload)
-    steps["kv_utilization"] = kv_utilization(steps, core.ep[:, P_NUM_BLOCKS].astype(float))
+    steps["kv_utilization"] = kv_utilization(steps, core.settings[:, Setting.NUM_BLOCKS].astype(float))
     itl = {"hist": core.itl_hist.copy(), "sum": core.itl_sum.copy(), "classes": table.class_names}
     summary = summarize(requests, steps, num_gpus=scenario.num_gpus, itl=itl)
     warnings = list(getattr(workload, "notes", ()))

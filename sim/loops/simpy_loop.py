@@ -21,7 +21,7 @@ from sim.core.calls import CoreCalls
 from sim.core.handlers import ARRIVAL, PRICED, SEND, STEP_END, WAKE
 from sim.core.plan import Executor
 from sim.core.requests import RequestTable
-from sim.core.state import G_LOG_N, G_NEXT_RID, G_NEXT_SEND, LOG_ROWS, Core
+from sim.core.state import LOG_ROWS, Core, RunCounter
 from sim.pricing.links import pipelined_seconds, transfer_seconds
 
 
@@ -69,7 +69,7 @@ class SimpyCluster:
         self.core.handle(kind, who, self.env.now)
         self.apply()
         if self.on_arrival is not None and kind in (ARRIVAL, SEND):
-            self.on_arrival(int(self.c.g[G_NEXT_RID] if kind == ARRIVAL else self.c.g[G_NEXT_SEND]))
+            self.on_arrival(int(self.c.run_counters[RunCounter.NEXT_RID if kind == ARRIVAL else RunCounter.NEXT_SEND]))
 
     # -- an engine ---------------------------------------------------------------------------
     def engine(self, e: int):
@@ -93,6 +93,6 @@ class SimpyCluster:
             yield env.timeout(step)
             core.step_end(e, env.now, result.stopped)
             self.steps += 1
-            if self.c.g[G_LOG_N] == LOG_ROWS and self.on_log_full is not None:
+            if self.c.run_counters[RunCounter.LOG_N] == LOG_ROWS and self.on_log_full is not None:
                 self.on_log_full(self.c)
             self.apply()

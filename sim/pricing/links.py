@@ -12,21 +12,7 @@ Uneven micro-batches leave stages idle: the bubbles show up as longer steps.
 from __future__ import annotations
 
 from sim.core.jit import entry, jit
-from sim.core.state import (
-    LK_BANDWIDTH,
-    LK_KV_BYTES,
-    LK_LATENCY,
-    LK_LAYERS,
-    LK_LAYERWISE,
-    P_REPLICA,
-    P_TP,
-    PF_HIDDEN_BYTES,
-    PF_LATENCY,
-    PF_LINK,
-    PF_OVERHEAD,
-    R_COUNT,
-    S_PN,
-)
+from sim.core.state import Counter, LinkCost, PipeCost, Replica, Setting
 
 
 @jit
@@ -36,20 +22,23 @@ def transfer_time(c, rid):
     while later ones are still computed, so only what outlasts the prefill remains (at least
     the last layer's share)."""
     r = c.req
-    wire = r.num_computed[rid] * c.lk[LK_KV_BYTES] / (c.lk[LK_BANDWIDTH] * c.ep[r.source[rid], P_TP])
-    if c.lk[LK_LAYERWISE] != 0.0:
-        wire = max(wire - r.handoff_s[rid], wire / c.lk[LK_LAYERS])
-    return wire + c.lk[LK_LATENCY]
+    link = c.link_costs
+    senders = c.settings[r.source[rid], Setting.TP]
+    wire = r.num_computed[rid] * link[LinkCost.KV_BYTES] / (link[LinkCost.BANDWIDTH] * senders)
+    if link[LinkCost.LAYERWISE] != 0.0:
+        wire = max(wire - r.handoff_s[rid], wire / link[LinkCost.LAYERS])
+    return wire + link[LinkCost.LATENCY]
 
 
 @jit
 def pass_through(c, r, now, duration, tokens):
     """A batch of ``tokens`` tokens whose whole forward takes ``duration`` enters replica
     ``r``'s pipe at ``now``; returns when it leaves the last stage."""
-    pp = c.rp[r, R_COUNT]
-    overhead = c.pf[r, PF_OVERHEAD]
+    pp = c.replicas[r, Replica.COUNT]
+    overhead = c.pipe_costs[r, PipeCost.OVERHEAD]
     per_stage = max(duration - overhead, 0.0) / pp
-    send = tokens * c.pf[r, PF_HIDDEN_BYTES] / c.pf[r, PF_LINK] + c.pf[r, PF_LATENCY]
+    pipe = c.pipe_costs[r]
+    send = tokens * pipe[PipeCost.HIDDEN_BYTES] / pipe[PipeCost.LINK] + pipe[PipeCost.LATENCY]
     t = now
     for i in range(pp):
         start = max(t, c.stage_free[r, i])
@@ -62,11 +51,11 @@ def pass_through(c, r, now, duration, tokens):
 def pipelined(c, e, now, duration):
     """How long engine e's planned step, computing for ``duration`` from ``now``, really lasts:
     longer on a pipelined replica when a stage is busy with another virtual engine."""
-    r = c.ep[e, P_REPLICA]
-    if c.rp[r, R_COUNT] == 1:
+    r = c.settings[e, Setting.REPLICA]
+    if c.replicas[r, Replica.COUNT] == 1:
         return duration
     tokens = 0
-    for i in range(c.es[e, S_PN]):
+    for i in range(c.counters[e, Counter.PN]):
         tokens += c.p_new[e, i]
     return pass_through(c, r, now, duration, tokens) - now
 
