@@ -29,7 +29,7 @@ from engine.timing import synchronize
 from kernels import sample
 from kernels.attention import SPLIT_CHOICES, paged_attention_triton, query_block, sm_count
 from kernels.dispatch import use_triton
-from kernels.variants import compiled_variants
+from kernels.inventory import compiled_variants
 
 if TYPE_CHECKING:
     from engine.executor import EngineExecutor

@@ -1,0 +1,34 @@
+"""Every Triton kernel the public functions launch, and how many binaries Triton holds for them.
+
+Apart from ``kernels.variants`` (which every kernel module imports to launch through), so that
+the list of kernels imports the kernel modules without an import circle."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kernels import activation, attention, kv_cache, norm, rotary, sampling
+from kernels.dispatch import HAS_TRITON
+
+
+def all_kernels() -> list[Any]:
+    """Every jitted kernel the public functions launch."""
+    return [norm._rms_norm_kernel, activation._silu_and_mul_kernel, rotary._rope_kernel,
+            kv_cache._write_kv_kernel, attention._paged_attention_kernel,
+            attention._combine_splits_kernel, sampling._sample_kernel]
+
+
+def compiled_variants() -> int | None:
+    """Binaries Triton holds in its in-memory caches (all kernels, all devices); ``None``
+    when the kernels are interpreted or Triton is missing (nothing is compiled then)."""
+    if not HAS_TRITON:
+        return None
+    total, seen = 0, False
+    for fn in all_kernels():
+        caches = getattr(fn, "device_caches", None)
+        if caches is None:
+            continue
+        seen = True
+        for entry in caches.values():
+            total += len(entry[0])
+    return total if seen else None
