@@ -8,7 +8,7 @@ import simpy
 import simpy.rt
 from simpy.core import EmptySchedule, Infinity
 
-from sim.loops.run import RunResult, simulate
+from sim.loops.run import RunResult, drive
 from sim.scenario.schema import Scenario
 
 
@@ -69,5 +69,4 @@ def run_engine(pinned: Scenario, executor, setup, source: str, idle: str = "slee
     def clock() -> float:
         return (time.monotonic() - env.real_start) + start
 
-    return simulate(pinned, env=env, executor_factory=lambda _: executor, mode="execute",
-                    clock=clock)
+    return drive(pinned, lambda _: executor, env=env, clock=clock)

@@ -103,14 +103,14 @@ def simulate_with(scenario: Scenario, mode: str = "auto", speed: float = 1.0) ->
     ``speed`` scales every step (the machine's drift since calibration)."""
     if mode == "auto" and speed == 1.0:
         return simulate(scenario)
-    from sim.pricing import CostModelExecutor, make_cost_model
+    from sim.pricing import make_cost_model
     from sim.pricing.profiled import ProfiledCost
 
     base = make_cost_model(scenario)
     if mode == "step" and base.profile.step is None:
         raise ProfileError(str(scenario.cost.profile), "step", "the profile has no whole-step fit")
     cost = ProfiledCost(base.profile, base.roofline, mode=mode)
-    return simulate(scenario, executor_factory=lambda _: CostModelExecutor(cost, scale=speed))
+    return simulate(scenario, cost=cost, scale=speed)
 
 
 def validate(scenario: Scenario, profile_path: str | Path, setup, source: str = "<scenario>",

@@ -17,7 +17,7 @@ import torch
 
 from engine.executor import EngineExecutor
 from sim.errors import ScenarioError
-from sim.loops.run import RunResult, simulate
+from sim.loops.run import RunResult, drive
 from sim.scenario.schema import Scenario, apply_overrides, scenario_from_dict
 
 CPU_KV_BYTES = 256 * 1024**2
@@ -114,4 +114,4 @@ def execute(scenario: Scenario, setup: EngineSetup, source: str = "<scenario>",
         return (time.monotonic() - env.real_start) + env.initial_time
 
     env.initial_time = env.now
-    return simulate(pinned, env=env, executor_factory=lambda _: executor, mode="execute", clock=clock)
+    return drive(pinned, lambda _: executor, env=env, clock=clock)

@@ -12,6 +12,7 @@ from sim.cli.console import console, err_console, finish_run, positive_int, prog
 from sim.cli.startup import quiet, settle
 from sim.errors import InputError
 from sim.results import plotlyjs
+from sim.vocab import POLICIES
 
 
 def cmd_run(args) -> int:
@@ -179,7 +180,7 @@ def build_parser(extras: bool = True) -> argparse.ArgumentParser:
     bench.add_argument("--requests", type=positive_int, default=100_000,
                        help="requests per run where the traffic is generated (default 100000)")
     bench.add_argument("--policies", nargs="+", default=["continuous", "chunked-prefill"],
-                       choices=["static", "continuous", "chunked-prefill"],
+                       choices=list(POLICIES),
                        help="policies of the default scenario to measure")
     bench.add_argument("--scenarios", nargs="*", default=None, metavar="FILE",
                        help="measure these scenarios instead (no FILE: every shipped scenario), "

@@ -11,7 +11,9 @@ over numpy arrays, ``jit``). Decisions, as compiled functions over that state:
 - ``preemption``: blocks for the step's new tokens, preemption by recompute or swap;
 - ``policies``: static, continuous and chunked-prefill scheduling → the step's rows and shape;
 - ``commit``: a finished step's outcome (tokens, speculative drafts, finishes, hand-overs, log);
-- ``disagg`` / ``pipeline``: KV transfers between prefill and decode replicas; pipeline stages;
+- ``disagg``: KV caches handed from prefill to decode replicas (their costs: sim/pricing/links);
+- ``handlers``: what each event means (an engine's turn, a step's end, an arrival, a KV landing,
+  the outbox), in the order every loop follows, as effects for the loop's clock;
 - ``plan``: the BatchPlan (the contract with executors) and a step's shape;
 - ``calls`` / ``standalone``: the core as Python calls (the SimPy loop, the engine, tests).
 """

@@ -8,18 +8,7 @@ from sim.core import queues
 from sim.core.jit import jit, leaf
 from sim.core.outbox import emit
 from sim.core.requests import RejectReason, Status
-from sim.core.state import (
-    DONE,
-    P_BLOCK_SIZE,
-    P_MAX_LEN,
-    P_MAX_SEQS,
-    P_NUM_BLOCKS,
-    P_WATERMARK,
-    S_NRUN,
-    S_NTRANSFER,
-    S_NWAIT,
-    S_PN,
-)
+from sim.core.state import DONE, Counter, Setting
 
 WAITING, RUNNING, REJECTED = int(Status.WAITING), int(Status.RUNNING), int(Status.REJECTED)
 KV_CAPACITY = int(RejectReason.EXCEEDS_KV_CAPACITY)
@@ -31,9 +20,9 @@ BATCH_TOKENS = int(RejectReason.EXCEEDS_BATCH_TOKENS)
 def never_fits(c, e, rid):
     """Why ``rid`` can never run on engine ``e`` (0: it can)."""
     total = c.req.prompt_len[rid] + c.req.output_len[rid]
-    if total > c.ep[e, P_MAX_LEN]:
+    if total > c.settings[e, Setting.MAX_LEN]:
         return MAX_MODEL_LEN
-    if kv.blocks_for(total, c.ep[e, P_BLOCK_SIZE]) > c.ep[e, P_NUM_BLOCKS]:
+    if kv.blocks_for(total, c.settings[e, Setting.BLOCK_SIZE]) > c.settings[e, Setting.NUM_BLOCKS]:
         return KV_CAPACITY
     return 0
 
@@ -49,22 +38,22 @@ def reject(c, rid, reason):
 def free_seats(c, e):
     """Seats left for more running requests: those running and those whose KV cache is on its
     way here (a decode replica reserved their seats) count."""
-    return c.ep[e, P_MAX_SEQS] - c.es[e, S_NRUN] - c.es[e, S_NTRANSFER]
+    return c.settings[e, Setting.MAX_SEQS] - c.counters[e, Counter.NRUN] - c.counters[e, Counter.NTRANSFER]
 
 
 @leaf
 def add_row(c, e, rid, new):
-    pn = c.es[e, S_PN]
+    pn = c.counters[e, Counter.PN]
     c.p_ids[e, pn] = rid
     c.p_new[e, pn] = new
-    c.es[e, S_PN] = pn + 1
+    c.counters[e, Counter.PN] = pn + 1
 
 
 @leaf
 def join_running(c, e, rid):
     c.req.status[rid] = RUNNING
-    c.running[e, c.es[e, S_NRUN]] = rid
-    c.es[e, S_NRUN] += 1
+    c.running[e, c.counters[e, Counter.NRUN]] = rid
+    c.counters[e, Counter.NRUN] += 1
 
 
 @jit
@@ -75,11 +64,11 @@ def admit_waiting(c, e, token_budget, seq_budget, chunked, reserve_whole):
     (static batching). A preempted request whose prompt and output so far outgrew any step runs
     alone. Returns how many joined."""
     r = c.req
-    bs = c.ep[e, P_BLOCK_SIZE]
+    bs = c.settings[e, Setting.BLOCK_SIZE]
     step_capacity = token_budget
-    room = kv.available(c, e) - c.ep[e, P_WATERMARK]
+    room = kv.available(c, e) - c.settings[e, Setting.WATERMARK]
     added = 0
-    while c.es[e, S_NWAIT] > 0 and token_budget > 0 and added < seq_budget:
+    while c.counters[e, Counter.NWAIT] > 0 and token_budget > 0 and added < seq_budget:
         q = queues.first_waiting(c, e)
         rid = c.qhead[e, q]
         reason = never_fits(c, e, rid)

@@ -8,25 +8,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.core import disagg, router
+from sim.core import handlers, router
 from sim.core.commit import begin_step, commit
 from sim.core.jit import entry
 from sim.core.plan import BatchPlan
 from sim.core.policies import schedule
 from sim.core.requests import Status
-from sim.core.state import (
-    BACK,
-    FRONT,
-    P_BLOCK_SIZE,
-    P_SPEC_K,
-    S_PN,
-    S_SWAP_IN,
-    S_SWAP_OUT,
-    Core,
-    core_ref,
-)
+from sim.core.state import FRONT, Core, Counter, RunCounter, Setting, core_ref
 
-SCHEDULE, BEGIN_STEP, COMMIT, ADMIT_REMOTE, SUBMIT, HAND_OVER, TRANSFER_TIME, RELEASE_SOURCE, KV_ARRIVED = range(9)
+(SCHEDULE, BEGIN_STEP, COMMIT, SUBMIT, TURN, START_STEP, STEP_END, WOKEN, HANDLE, START) = range(10)
 _NO_STOP = np.zeros(0, dtype=np.bool_)
 
 
@@ -35,23 +25,25 @@ def _call(c, op, e, rid, now, x, stopped, use_stopped):
     if op == SCHEDULE:
         return float(schedule(c, e, now))
     if op == BEGIN_STEP:
-        return begin_step(c, e, now, x)
+        begin_step(c, e, now, x)
+        return 0.0
     if op == COMMIT:
         commit(c, e, now, stopped, use_stopped)
         return 0.0
-    if op == ADMIT_REMOTE:
-        disagg.admit_remote(c, e)
-        return 0.0
     if op == SUBMIT:
         return float(router.submit(c, router.route(c, FRONT, rid), rid, now))
-    if op == HAND_OVER:
-        return float(router.receive(c, router.route(c, BACK, rid), rid))
-    if op == TRANSFER_TIME:
-        return disagg.transfer_time(c, rid)
-    if op == RELEASE_SOURCE:
-        disagg.release_source(c, rid)
-        return 0.0
-    disagg.kv_arrived(c, e, rid, now)
+    if op == TURN:
+        return float(handlers.turn(c, e, now))
+    if op == START_STEP:
+        handlers.start_step(c, e, now, x)
+    elif op == STEP_END:
+        handlers.step_end(c, e, now, stopped, use_stopped)
+    elif op == WOKEN:
+        handlers.woken(c, e)
+    elif op == HANDLE:
+        handlers.handle(c, e, rid, now)
+    elif op == START:
+        handlers.start(c, now)
     return 0.0
 
 
@@ -61,7 +53,7 @@ class CoreCalls:
     def __init__(self, core: Core):
         self.c = core
         self.ref = core_ref(core)
-        self.holding: list[set[int]] = [set() for _ in range(core.es.shape[0])]  # given blocks in a plan
+        self.holding: list[set[int]] = [set() for _ in range(core.counters.shape[0])]  # given blocks in a plan
 
     def _do(self, op, e=0, rid=0, now=0.0, x=0.0, stopped=None) -> float:
         use = stopped is not None
@@ -75,7 +67,7 @@ class CoreCalls:
         """Engine e's planned step as a BatchPlan, with the memory actions since its last one:
         requests whose blocks were freed (finished) or taken back (preempted)."""
         c = self.c
-        n = int(c.es[e, S_PN])
+        n = int(c.counters[e, Counter.PN])
         ids = c.p_ids[e, :n].copy()
         r, held = c.req, self.holding[e]
         gone = [rid for rid in held if r.num_blocks[rid] == 0]
@@ -84,35 +76,50 @@ class CoreCalls:
         waiting = [rid for rid in gone if r.status[rid] == Status.WAITING]
         return BatchPlan(req_ids=ids, num_new_tokens=c.p_new[e, :n].copy(), num_computed=c.p_comp[e, :n].copy(),
                          samples=c.p_samp[e, :n].copy(), num_blocks=r.num_blocks[ids],
-                         spec_tokens=int(c.ep[e, P_SPEC_K]),
+                         spec_tokens=int(c.settings[e, Setting.SPEC_K]),
                          freed=np.array(sorted(set(gone) - set(waiting)), dtype=np.int64),
                          preempted=np.array(sorted(waiting), dtype=np.int64),
-                         swap_in_blocks=int(c.es[e, S_SWAP_IN]), swap_out_blocks=int(c.es[e, S_SWAP_OUT]),
-                         block_size=int(c.ep[e, P_BLOCK_SIZE]))
+                         swap_in_blocks=int(c.counters[e, Counter.SWAP_IN]),
+                         swap_out_blocks=int(c.counters[e, Counter.SWAP_OUT]),
+                         block_size=int(c.settings[e, Setting.BLOCK_SIZE]))
 
-    def begin_step(self, e: int, now: float, duration: float) -> float:
-        """The planned step starts; returns how long it lasts (pipeline waits included)."""
-        return self._do(BEGIN_STEP, e, now=now, x=duration)
+    def begin_step(self, e: int, now: float, duration: float) -> None:
+        """The planned step starts (Standalone: no loop, no effects)."""
+        self._do(BEGIN_STEP, e, now=now, x=duration)
 
     def commit(self, e: int, now: float, stopped: np.ndarray | None = None) -> None:
-        self._do(COMMIT, e, now=now, stopped=None if stopped is None else np.ascontiguousarray(stopped, dtype=bool))
-
-    def admit_remote(self, e: int) -> None:
-        self._do(ADMIT_REMOTE, e)
+        self._do(COMMIT, e, now=now, stopped=_stops(stopped))
 
     def submit(self, rid: int, now: float) -> int:
-        """Route a new request and queue it; returns the engine it waits at."""
+        """Route a new request and queue it; returns the engine it waits at (no wake-up)."""
         return int(self._do(SUBMIT, rid=rid, now=now))
 
-    def hand_over(self, rid: int) -> int:
-        """Route a prefilled request to a decode replica; returns the engine it waits at."""
-        return int(self._do(HAND_OVER, rid=rid))
+    # -- the handlers (sim/core/handlers.py): each leaves effects for ``effects``
+    def turn(self, e: int, now: float) -> int:
+        return int(self._do(TURN, e, now=now))
 
-    def transfer_time(self, rid: int) -> float:
-        return self._do(TRANSFER_TIME, rid=rid)
+    def start_step(self, e: int, now: float, duration: float) -> None:
+        self._do(START_STEP, e, now=now, x=duration)
 
-    def release_source(self, rid: int) -> None:
-        self._do(RELEASE_SOURCE, rid=rid)
+    def step_end(self, e: int, now: float, stopped: np.ndarray | None = None) -> None:
+        self._do(STEP_END, e, now=now, stopped=_stops(stopped))
 
-    def kv_arrived(self, e: int, rid: int, now: float) -> None:
-        self._do(KV_ARRIVED, e, rid, now)
+    def woken(self, e: int) -> None:
+        self._do(WOKEN, e)
+
+    def handle(self, kind: int, who: int, now: float) -> None:
+        self._do(HANDLE, kind, who, now)
+
+    def start(self, now: float) -> None:
+        self._do(START, now=now)
+
+    def effects(self) -> list[tuple[int, int, float]]:
+        """The handlers' effects since the last call, in order: (kind, who, delay)."""
+        c = self.c
+        n = int(c.run_counters[RunCounter.FX_N])
+        c.run_counters[RunCounter.FX_N] = 0
+        return list(zip(c.fx[:n, 0].tolist(), c.fx[:n, 1].tolist(), c.fx_delay[:n].tolist(), strict=True))
+
+
+def _stops(stopped: np.ndarray | None) -> np.ndarray | None:
+    return None if stopped is None else np.ascontiguousarray(stopped, dtype=bool)

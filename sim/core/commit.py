@@ -12,47 +12,23 @@ from sim.core import kvblocks as kv
 from sim.core.admission import RUNNING
 from sim.core.jit import jit, leaf
 from sim.core.outbox import emit
-from sim.core.pipeline import pass_through
+from sim.core.plan import is_decode
 from sim.core.requests import Status
 from sim.core.rng import accepted_drafts
 from sim.core.state import (
     DONE,
-    F_SPEC_ALPHA,
-    G_LOG_N,
-    G_SEED,
     HANDOFF,
     ITL_BINS,
     ITL_LOG_MIN,
     ITL_PER_DECADE,
-    L_CACHED,
-    L_DECODES,
-    L_ENGINE,
-    L_PREFILL,
-    L_QUEUE,
-    L_REPLICA,
-    L_SEQS,
-    L_TOKENS,
-    L_USED,
-    P_NUM_BLOCKS,
-    P_POLICY,
-    P_PREFIX,
-    P_REPLICA,
-    P_ROLE,
-    P_SPEC_K,
     PREFILL,
-    R_COUNT,
-    S_CACHED_AT,
-    S_FREE,
-    S_NREMOTE,
-    S_NRUN,
-    S_NSWAP,
-    S_NWAIT,
-    S_PN,
-    S_QUEUED_AT,
-    S_USED_AT,
     STATIC,
-    T_DURATION,
-    T_START,
+    Clock,
+    Counter,
+    FloatSetting,
+    LogColumn,
+    RunCounter,
+    Setting,
 )
 
 FINISHED, TRANSFER = int(Status.FINISHED), int(Status.TRANSFER)
@@ -60,26 +36,25 @@ FINISHED, TRANSFER = int(Status.FINISHED), int(Status.TRANSFER)
 
 @leaf
 def queue_len(c, e):
-    return c.es[e, S_NWAIT] + c.es[e, S_NSWAP] + c.es[e, S_NREMOTE]
+    return c.counters[e, Counter.NWAIT] + c.counters[e, Counter.NSWAP] + c.counters[e, Counter.NREMOTE]
+
+
+@leaf
+def snapshot(c, e):
+    """What the step log records of engine e as a step starts: blocks in use, cached, queue."""
+    unused = bt.unused(c.cache, e)
+    c.counters[e, Counter.USED_AT] = c.settings[e, Setting.NUM_BLOCKS] - c.counters[e, Counter.FREE] - unused
+    c.counters[e, Counter.CACHED_AT] = unused
+    c.counters[e, Counter.QUEUED_AT] = queue_len(c, e)
 
 
 @jit
 def begin_step(c, e, now, duration):
-    """The planned step starts at ``now`` and computes for ``duration``; returns how long it
-    lasts (longer on a pipelined replica when a stage is busy with another virtual engine)."""
-    unused = bt.unused(c.cache, e)
-    c.es[e, S_USED_AT] = c.ep[e, P_NUM_BLOCKS] - c.es[e, S_FREE] - unused
-    c.es[e, S_CACHED_AT] = unused
-    c.es[e, S_QUEUED_AT] = queue_len(c, e)
-    r = c.ep[e, P_REPLICA]
-    if c.rp[r, R_COUNT] > 1:
-        tokens = 0
-        for i in range(c.es[e, S_PN]):
-            tokens += c.p_new[e, i]
-        duration = pass_through(c, r, now, duration, tokens) - now
-    c.ef[e, T_START] = now
-    c.ef[e, T_DURATION] = duration
-    return duration
+    """The planned step starts at ``now`` and lasts ``duration`` (priced, pipeline waits
+    included: sim/pricing)."""
+    snapshot(c, e)
+    c.clocks[e, Clock.START] = now
+    c.clocks[e, Clock.DURATION] = duration
 
 
 @leaf
@@ -89,6 +64,19 @@ def itl_bin(gap):
         return 0
     b = int(np.floor((np.log10(gap) - ITL_LOG_MIN) * ITL_PER_DECADE))
     return min(max(b, 0), ITL_BINS - 1)
+
+
+@leaf
+def gap_ns(gap):
+    """An inter-token gap in whole nanoseconds (so sums do not depend on order)."""
+    return np.int64(gap * 1e9 + 0.5)
+
+
+@leaf
+def count_gaps(c, cls, b, ns, n):
+    """``n`` inter-token gaps of ``ns`` nanoseconds, in histogram bin ``b``, of traffic class ``cls``."""
+    c.itl_sum[cls] += ns * n
+    c.itl_hist[cls, b] += n
 
 
 @jit
@@ -103,9 +91,7 @@ def token_out(c, rid, now, gap_seen, bin_seen):
         gap = now - r.last_token[rid]
         if gap != gap_seen:
             gap_seen, bin_seen = gap, itl_bin(gap)
-        cls = r.class_id[rid]
-        c.itl_sum[cls] += np.int64(gap * 1e9 + 0.5)
-        c.itl_hist[cls, bin_seen] += 1
+        count_gaps(c, r.class_id[rid], bin_seen, gap_ns(gap), 1)
     r.last_token[rid] = now
     return gap_seen, bin_seen
 
@@ -115,9 +101,9 @@ def commit(c, e, now, stopped, use_stopped):
     """Apply engine ``e``'s finished step at ``now``. ``stopped[i]``: row i's sampled token
     was an end of sequence (a real engine; read when ``use_stopped``)."""
     r = c.req
-    pn = c.es[e, S_PN]
-    spec_k = c.ep[e, P_SPEC_K]
-    prefill_role = c.ep[e, P_ROLE] == PREFILL
+    pn = c.counters[e, Counter.PN]
+    spec_k = c.settings[e, Setting.SPEC_K]
+    prefill_role = c.settings[e, Setting.ROLE] == PREFILL
     ids, new, comp, samp = c.p_ids[e], c.p_new[e], c.p_comp[e], c.p_samp[e]
     num_computed, num_generated, num_tokens, output_len = r.num_computed, r.num_generated, r.num_tokens, r.output_len
     tokens = 0
@@ -125,17 +111,18 @@ def commit(c, e, now, stopped, use_stopped):
     for i in range(pn):
         num_computed[ids[i]] = comp[i] + new[i]
         tokens += new[i]
-        if new[i] == 1 and comp[i] > 0:
+        if is_decode(new[i], comp[i]):
             decodes += 1
-    prefix = c.ep[e, P_PREFIX]
+    prefix = c.settings[e, Setting.PREFIX]
     for i in range(pn):
         if not samp[i]:
             continue
         rid = ids[i]
         gained = 1
         if spec_k:  # a decode keeps its accepted drafts plus one token of the target's own
-            if new[i] == 1 and comp[i] > 0:
-                gained = 1 + accepted_drafts(c.g[G_SEED], rid, num_generated[rid], spec_k, c.epf[e, F_SPEC_ALPHA])
+            if is_decode(new[i], comp[i]):
+                gained = 1 + accepted_drafts(c.run_counters[RunCounter.SEED], rid, num_generated[rid], spec_k,
+                                             c.float_settings[e, FloatSetting.SPEC_ALPHA])
             gained = min(gained, output_len[rid] - num_generated[rid])
             num_computed[rid] += gained - 1  # the kept drafts' KV entries are valid
         num_generated[rid] += gained
@@ -164,12 +151,12 @@ def commit(c, e, now, stopped, use_stopped):
             any_done = True
     if any_done:
         k = 0
-        for i in range(c.es[e, S_NRUN]):
+        for i in range(c.counters[e, Counter.NRUN]):
             rid = c.running[e, i]
             if r.status[rid] == RUNNING:
                 c.running[e, k] = rid
                 k += 1
-        c.es[e, S_NRUN] = k
+        c.counters[e, Counter.NRUN] = k
     log_step(c, e, pn, tokens, decodes)
 
 
@@ -178,7 +165,7 @@ def finish(c, e, rid, now):
     r = c.req
     r.status[rid] = FINISHED
     r.completion[rid] = now
-    if c.ep[e, P_POLICY] != STATIC:  # a static batch keeps its memory until the batch ends
+    if c.settings[e, Setting.POLICY] != STATIC:  # a static batch keeps its memory until the batch ends
         kv.free_blocks(c, e, rid)
     emit(c, rid, DONE)
 
@@ -193,25 +180,25 @@ def hand_over(c, e, rid, now):
     r.held_cached[rid] = r.cache_blocks[rid]
     r.num_blocks[rid] = 0
     r.cache_blocks[rid] = 0
-    r.handoff_s[rid] = c.ef[e, T_DURATION]
+    r.handoff_s[rid] = c.clocks[e, Clock.DURATION]
     emit(c, rid, HANDOFF)
 
 
 @jit
 def log_step(c, e, pn, tokens, decodes):
-    row = c.g[G_LOG_N]
+    row = c.run_counters[RunCounter.LOG_N]
     li = c.log_i
-    li[L_REPLICA, row] = c.ep[e, P_REPLICA]
-    li[L_ENGINE, row] = e
-    li[L_SEQS, row] = pn
-    li[L_TOKENS, row] = tokens
-    li[L_PREFILL, row] = tokens - decodes
-    li[L_DECODES, row] = decodes
-    li[L_USED, row] = c.es[e, S_USED_AT]
-    li[L_CACHED, row] = c.es[e, S_CACHED_AT]
-    li[L_QUEUE, row] = c.es[e, S_QUEUED_AT]
-    c.log_f[0, row] = c.ef[e, T_START]
-    c.log_f[1, row] = c.ef[e, T_DURATION]
-    c.g[G_LOG_N] = row + 1
+    li[LogColumn.REPLICA, row] = c.settings[e, Setting.REPLICA]
+    li[LogColumn.ENGINE, row] = e
+    li[LogColumn.NUM_SEQS, row] = pn
+    li[LogColumn.NUM_TOKENS, row] = tokens
+    li[LogColumn.PREFILL_TOKENS, row] = tokens - decodes
+    li[LogColumn.DECODE_SEQS, row] = decodes
+    li[LogColumn.KV_BLOCKS_USED, row] = c.counters[e, Counter.USED_AT]
+    li[LogColumn.KV_BLOCKS_CACHED, row] = c.counters[e, Counter.CACHED_AT]
+    li[LogColumn.QUEUE_LEN, row] = c.counters[e, Counter.QUEUED_AT]
+    c.log_f[0, row] = c.clocks[e, Clock.START]
+    c.log_f[1, row] = c.clocks[e, Clock.DURATION]
+    c.run_counters[RunCounter.LOG_N] = row + 1
 
 

@@ -11,21 +11,7 @@ from sim.core.admission import free_seats, join_running, never_fits, reject
 from sim.core.commit import token_out
 from sim.core.jit import jit
 from sim.core.outbox import emit
-from sim.core.state import (
-    DROP_KV,
-    LK_BANDWIDTH,
-    LK_KV_BYTES,
-    LK_LATENCY,
-    LK_LAYERS,
-    LK_LAYERWISE,
-    P_BLOCK_SIZE,
-    P_SPEC_K,
-    P_TP,
-    P_WATERMARK,
-    S_NREMOTE,
-    S_NTRANSFER,
-    SEND_KV,
-)
+from sim.core.state import DROP_KV, SEND_KV, Counter, Setting
 
 
 @jit
@@ -34,9 +20,9 @@ def admit_remote(c, e):
     cache can be sent; one that can never fit here is turned away."""
     r = c.req
     q = queues.remote_q(c)
-    room = kv.available(c, e) - c.ep[e, P_WATERMARK]
+    room = kv.available(c, e) - c.settings[e, Setting.WATERMARK]
     seats = free_seats(c, e)
-    while c.es[e, S_NREMOTE] > 0 and seats > 0:
+    while c.counters[e, Counter.NREMOTE] > 0 and seats > 0:
         rid = c.qhead[e, q]
         reason = never_fits(c, e, rid)
         if reason:
@@ -44,7 +30,7 @@ def admit_remote(c, e):
             reject(c, rid, reason)
             emit(c, rid, DROP_KV)
             continue
-        need = kv.blocks_for(r.num_computed[rid] + 1 + c.ep[e, P_SPEC_K], c.ep[e, P_BLOCK_SIZE])
+        need = kv.blocks_for(r.num_computed[rid] + 1 + c.settings[e, Setting.SPEC_K], c.settings[e, Setting.BLOCK_SIZE])
         if need > room:
             break
         queues.pop_front(c, e, q)
@@ -52,21 +38,8 @@ def admit_remote(c, e):
         room -= need
         seats -= 1
         r.num_blocks[rid] = need
-        c.es[e, S_NTRANSFER] += 1
+        c.counters[e, Counter.NTRANSFER] += 1
         emit(c, rid, SEND_KV)
-
-
-@jit
-def transfer_time(c, rid):
-    """Seconds to move a request's KV cache: bytes / bandwidth + latency. Each GPU of the
-    prefill replica sends its shard over its own link. With layer-wise overlap the layers leave
-    while later ones are still computed, so only what outlasts the prefill remains (at least
-    the last layer's share)."""
-    r = c.req
-    wire = r.num_computed[rid] * c.lk[LK_KV_BYTES] / (c.lk[LK_BANDWIDTH] * c.ep[r.source[rid], P_TP])
-    if c.lk[LK_LAYERWISE] != 0.0:
-        wire = max(wire - r.handoff_s[rid], wire / c.lk[LK_LAYERS])
-    return wire + c.lk[LK_LATENCY]
 
 
 @jit
@@ -84,7 +57,7 @@ def release_source(c, rid):
 
 @jit
 def kv_arrived(c, e, rid, now):
-    c.es[e, S_NTRANSFER] -= 1
+    c.counters[e, Counter.NTRANSFER] -= 1
     join_running(c, e, rid)
     token_out(c, rid, now, -1.0, 0)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from sim.core import blocktable as bt
 from sim.core.jit import jit, leaf
-from sim.core.state import P_BLOCK_SIZE, P_PREFIX, S_FREE
+from sim.core.state import Counter, Setting
 
 
 @leaf
@@ -19,22 +19,22 @@ def blocks_for(tokens, block_size):
 @leaf
 def available(c, e):
     """Blocks free, or cached but unused (reclaimable)."""
-    return c.es[e, S_FREE] + bt.unused(c.cache, e)
+    return c.counters[e, Counter.FREE] + bt.unused(c.cache, e)
 
 
 @jit
 def allocate(c, e, n):
-    short = n - c.es[e, S_FREE]
+    short = n - c.counters[e, Counter.FREE]
     if short > 0:
-        c.es[e, S_FREE] += bt.evict(c.cache, e, short)
-    if n > c.es[e, S_FREE]:
+        c.counters[e, Counter.FREE] += bt.evict(c.cache, e, short)
+    if n > c.counters[e, Counter.FREE]:
         raise RuntimeError("allocating more KV blocks than are free")
-    c.es[e, S_FREE] -= n
+    c.counters[e, Counter.FREE] -= n
 
 
 @leaf
 def release(c, e, n):
-    c.es[e, S_FREE] += n
+    c.counters[e, Counter.FREE] += n
 
 
 @leaf
@@ -45,10 +45,10 @@ def _ids(c, rid):
 @jit
 def prefix_hit(c, e, rid):
     """Leading cached blocks a request can reuse (leaving at least one token to compute)."""
-    if not c.ep[e, P_PREFIX]:
+    if not c.settings[e, Setting.PREFIX]:
         return 0
     lo, hi = _ids(c, rid)
-    usable = (c.req.num_tokens[rid] - 1) // c.ep[e, P_BLOCK_SIZE]
+    usable = (c.req.num_tokens[rid] - 1) // c.settings[e, Setting.BLOCK_SIZE]
     return bt.leading_hits(c.cache, e, c.req.prefix_ids, lo, min(hi, lo + usable))
 
 
@@ -100,7 +100,7 @@ def cache_prefix(c, e, rid):
     r = c.req
     lo, hi = _ids(c, rid)
     start = r.cache_blocks[rid]
-    full = min(r.num_computed[rid] // c.ep[e, P_BLOCK_SIZE], hi - lo)
+    full = min(r.num_computed[rid] // c.settings[e, Setting.BLOCK_SIZE], hi - lo)
     if start >= full or bt.find(c.cache, e, r.prefix_ids[lo + start]) >= 0:
         return
     # The cache is prefix-closed and holds none past this block: the rest are new too.

@@ -5,23 +5,23 @@ sent — in the order they happened, so every loop acts on them alike."""
 from __future__ import annotations
 
 from sim.core.jit import leaf
-from sim.core.state import G_OUT_N
+from sim.core.state import RunCounter
 
 
 @leaf
 def emit(c, rid, kind):
-    n = c.g[G_OUT_N]
+    n = c.run_counters[RunCounter.OUT_N]
     c.out[n] = rid * 8 + kind
-    c.g[G_OUT_N] = n + 1
+    c.run_counters[RunCounter.OUT_N] = n + 1
 
 
 def drain(c) -> list[tuple[int, int]]:
     """(rid, kind) pairs emitted since the last drain (Python side)."""
-    n = int(c.g[G_OUT_N])
+    n = int(c.run_counters[RunCounter.OUT_N])
     if not n:
         return []
     items = c.out[:n]
-    c.g[G_OUT_N] = 0
+    c.run_counters[RunCounter.OUT_N] = 0
     return list(zip((items >> 3).tolist(), (items & 7).tolist(), strict=True))
 
 

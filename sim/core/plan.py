@@ -9,29 +9,55 @@ the rows — is all a cost model needs; ``shape_into`` computes it, for every lo
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from enum import IntEnum
 from functools import cached_property
 from typing import Protocol
 
 import numpy as np
 
-from sim.core.jit import entry, jit
+from sim.core.jit import entry, jit, leaf
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 
-# A step's shape as a float64 vector (index: meaning).
-NUM_TOKENS = 0  # all new tokens (speculative drafts verified included)
-NUM_SEQS = 1
-PREFILL_TOKENS = 2  # new tokens of prefill rows
-PREFILL_ATTN = 3  # Σ over prefill rows of q_len · context_len (attention work)
-DECODE_SEQS = 4
-DECODE_CONTEXT = 5  # Σ context of decode rows (KV read)
-NUM_SAMPLED = 6
-VERIFY_TOKENS = 7  # speculative decoding: draft tokens verified
-SWAP_TOKENS = 8  # KV (in tokens) moved to or from host memory
-SHAPE_SIZE = 9
-SHAPE_FIELDS = ("num_tokens", "num_seqs", "prefill_tokens", "prefill_attn", "decode_seqs", "decode_context",
-                "num_sampled", "verify_tokens", "swap_tokens")
+@dataclass(frozen=True)
+class StepShape:
+    """What a cost model needs to know of a step. Fields may be arrays (many steps at once)."""
+
+    num_tokens: np.ndarray | float  # all new tokens (speculative drafts verified included)
+    num_seqs: np.ndarray | float
+    prefill_tokens: np.ndarray | float  # new tokens of prefill rows
+    prefill_attn: np.ndarray | float  # Σ over prefill rows of q_len · context_len (attention work)
+    decode_seqs: np.ndarray | float
+    decode_context: np.ndarray | float  # Σ context of decode rows (KV read)
+    num_sampled: np.ndarray | float
+    verify_tokens: np.ndarray | float = 0.0  # speculative decoding: draft tokens verified
+    swap_tokens: np.ndarray | float = 0.0  # KV (in tokens) moved to or from host memory
+
+    def vectors(self) -> np.ndarray:
+        """The shapes as rows of a [steps, SHAPE_SIZE] array."""
+        cols = np.broadcast_arrays(*(np.asarray(getattr(self, f), dtype=np.float64) for f in SHAPE_FIELDS))
+        return np.ascontiguousarray(np.stack([np.atleast_1d(c) for c in cols], axis=1))
+
+    @property
+    def is_scalar(self) -> bool:
+        return all(np.ndim(getattr(self, f)) == 0 for f in SHAPE_FIELDS)
+
+
+
+# A step's shape as a float64 vector: shape[Shape.X] is StepShape's field x (the one list of them).
+SHAPE_FIELDS = tuple(f.name for f in fields(StepShape))
+Shape = IntEnum("Shape", [name.upper() for name in SHAPE_FIELDS], start=0, module=__name__)
+SHAPE_SIZE = len(Shape)
+# Each field's index by its name, for pricing (tests/sim/test_pricing_structure.py checks each is its member).
+(NUM_TOKENS, NUM_SEQS, PREFILL_TOKENS, PREFILL_ATTN, DECODE_SEQS, DECODE_CONTEXT, NUM_SAMPLED, VERIFY_TOKENS,
+ SWAP_TOKENS) = Shape
+
+
+@leaf
+def is_decode(new, computed):
+    """A decode row: one new token on a cached context (else it prefills)."""
+    return new == 1 and computed > 0
 
 
 @jit
@@ -48,21 +74,33 @@ def shape_into(out, new, comp, samp, n, spec_k, swapped_blocks, block_size):
         ctx = comp[i] + q
         tokens += q
         qctx += q * ctx
-        if q == 1 and comp[i] > 0:
+        if is_decode(q, comp[i]):
             decodes += 1
             decode_context += ctx
         if samp[i]:
             sampled += 1
-    verify = spec_k * decodes
+    write_shape(out, tokens, n, tokens - decodes, qctx - decode_context, decodes, decode_context, sampled,
+                spec_k * decodes, swapped_blocks * block_size)
+
+
+@leaf
+def write_shape(out, tokens, seqs, prefill_tokens, prefill_attn, decodes, decode_context, sampled, verify, swap):
+    """Every field of a step's shape (``tokens``: new tokens before the ``verify`` drafts)."""
     out[NUM_TOKENS] = float(tokens + verify)
-    out[NUM_SEQS] = float(n)
-    out[PREFILL_TOKENS] = float(tokens - decodes)
-    out[PREFILL_ATTN] = float(qctx - decode_context)
+    out[NUM_SEQS] = float(seqs)
+    out[PREFILL_TOKENS] = float(prefill_tokens)
+    out[PREFILL_ATTN] = float(prefill_attn)
     out[DECODE_SEQS] = float(decodes)
     out[DECODE_CONTEXT] = float(decode_context)
     out[NUM_SAMPLED] = float(sampled)
     out[VERIFY_TOKENS] = float(verify)
-    out[SWAP_TOKENS] = float(swapped_blocks * block_size)
+    out[SWAP_TOKENS] = float(swap)
+
+
+@leaf
+def decode_shape(out, seqs, context):
+    """The shape of a step of ``seqs`` plain decodes over ``context`` cached tokens in all."""
+    write_shape(out, seqs, seqs, 0, 0, seqs, context, seqs, 0, 0)
 
 
 @entry
@@ -114,30 +152,6 @@ class BatchPlan:
 
     def shape(self) -> StepShape:
         return StepShape(*self.shape_vector())
-
-
-@dataclass(frozen=True)
-class StepShape:
-    """What a cost model needs to know of a step. Fields may be arrays (many steps at once)."""
-
-    num_tokens: np.ndarray | float
-    num_seqs: np.ndarray | float
-    prefill_tokens: np.ndarray | float
-    prefill_attn: np.ndarray | float
-    decode_seqs: np.ndarray | float
-    decode_context: np.ndarray | float
-    num_sampled: np.ndarray | float
-    verify_tokens: np.ndarray | float = 0.0
-    swap_tokens: np.ndarray | float = 0.0
-
-    def vectors(self) -> np.ndarray:
-        """The shapes as rows of a [steps, SHAPE_SIZE] array."""
-        cols = np.broadcast_arrays(*(np.asarray(getattr(self, f), dtype=np.float64) for f in SHAPE_FIELDS))
-        return np.ascontiguousarray(np.stack([np.atleast_1d(c) for c in cols], axis=1))
-
-    @property
-    def is_scalar(self) -> bool:
-        return all(np.ndim(getattr(self, f)) == 0 for f in SHAPE_FIELDS)
 
 
 @dataclass(frozen=True)

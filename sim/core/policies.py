@@ -13,7 +13,7 @@
   prompt + output is reserved up front, as engines without paging do.
 
 ``schedule`` leaves the step in the engine's plan rows and returns how many there are (0: idle;
-``ef[e, T_WAKE_AT]`` then says when it should look again, if not at the next arrival).
+``clocks[e, Clock.WAKE_AT]`` then says when it should look again, if not at the next arrival).
 """
 
 from __future__ import annotations
@@ -24,30 +24,9 @@ from sim.core import kvblocks as kv
 from sim.core import queues
 from sim.core.admission import RUNNING, add_row, admit_waiting, free_seats
 from sim.core.jit import jit, leaf
-from sim.core.plan import shape_into
+from sim.core.plan import is_decode, shape_into
 from sim.core.preemption import grow, swap_in_waiting
-from sim.core.state import (
-    CHUNKED,
-    CONTINUOUS,
-    F_BATCH_TIMEOUT,
-    P_BATCH_SIZE,
-    P_BLOCK_SIZE,
-    P_CHUNK,
-    P_MAX_BATCHED,
-    P_MULTI_STEP,
-    P_POLICY,
-    P_SPEC_K,
-    S_BATCH_N,
-    S_NRUN,
-    S_NSWAP,
-    S_NWAIT,
-    S_PN,
-    S_PREEMPTED,
-    S_ROUND,
-    S_SWAP_IN,
-    S_SWAP_OUT,
-    T_WAKE_AT,
-)
+from sim.core.state import CHUNKED_PREFILL, CONTINUOUS, STATIC, Clock, Counter, FloatSetting, Setting
 
 BIG = np.int64(1) << np.int64(62)
 
@@ -56,53 +35,54 @@ BIG = np.int64(1) << np.int64(62)
 def next_round_step(c, e):
     """Multi-step scheduling (vLLM's num_scheduler_steps): a decode step either starts a round of
     k decode steps or continues one; nobody is admitted until the round is over."""
-    k = c.ep[e, P_MULTI_STEP]
+    k = c.settings[e, Setting.MULTI_STEP]
     if k > 1:
-        c.es[e, S_ROUND] = c.es[e, S_ROUND] - 1 if c.es[e, S_ROUND] > 0 else k - 1
+        c.counters[e, Counter.ROUND] = c.counters[e, Counter.ROUND] - 1 if c.counters[e, Counter.ROUND] > 0 else k - 1
 
 
 @jit
 def continuous(c, e):
     r = c.req
-    if c.es[e, S_NSWAP]:
+    if c.counters[e, Counter.NSWAP]:
         swap_in_waiting(c, e, free_seats(c, e))
     seats = free_seats(c, e)
-    if c.es[e, S_NRUN] == 0:
-        c.es[e, S_ROUND] = 0  # the round ended with its last request
-    admitting = c.es[e, S_NWAIT] and seats > 0 and c.es[e, S_NSWAP] == 0 and c.es[e, S_ROUND] == 0
-    if admitting and admit_waiting(c, e, c.ep[e, P_MAX_BATCHED], seats, False, False):
+    if c.counters[e, Counter.NRUN] == 0:
+        c.counters[e, Counter.ROUND] = 0  # the round ended with its last request
+    admitting = (c.counters[e, Counter.NWAIT] and seats > 0 and c.counters[e, Counter.NSWAP] == 0
+                 and c.counters[e, Counter.ROUND] == 0)
+    if admitting and admit_waiting(c, e, c.settings[e, Setting.MAX_BATCHED], seats, False, False):
         return  # a step of whole prompts
     running, ids, new = c.running[e], c.p_ids[e], c.p_new[e]  # every running request: its next tokens
     num_tokens, num_computed = r.num_tokens, r.num_computed
-    n = c.es[e, S_NRUN]
+    n = c.counters[e, Counter.NRUN]
     for i in range(n):
         rid = running[i]
         ids[i] = rid
         new[i] = num_tokens[rid] - num_computed[rid]
-    c.es[e, S_PN] = n
+    c.counters[e, Counter.PN] = n
     grow(c, e, 0)
-    if c.es[e, S_PN]:
+    if c.counters[e, Counter.PN]:
         next_round_step(c, e)
 
 
 @jit
 def chunked(c, e):
     r = c.req
-    budget = c.ep[e, P_CHUNK]
-    if c.es[e, S_NSWAP]:
+    budget = c.settings[e, Setting.CHUNK]
+    if c.counters[e, Counter.NSWAP]:
         swap_in_waiting(c, e, free_seats(c, e))
     prefilling = False
-    for i in range(c.es[e, S_NRUN]):  # decodes first
+    for i in range(c.counters[e, Counter.NRUN]):  # decodes first
         rid = c.running[e, i]
-        if r.num_tokens[rid] - r.num_computed[rid] == 1 and r.num_computed[rid] > 0:
+        if is_decode(r.num_tokens[rid] - r.num_computed[rid], r.num_computed[rid]):
             add_row(c, e, rid, 1)
         else:
             prefilling = True
     grow(c, e, 0)
-    budget -= c.es[e, S_PN]
+    budget -= c.counters[e, Counter.PN]
     if prefilling:  # then prompts part-way through, oldest first
-        bs = c.ep[e, P_BLOCK_SIZE]
-        for i in range(c.es[e, S_NRUN]):
+        bs = c.settings[e, Setting.BLOCK_SIZE]
+        for i in range(c.counters[e, Counter.NRUN]):
             rid = c.running[e, i]
             done = r.num_computed[rid]
             rest = r.num_tokens[rid] - done
@@ -119,54 +99,55 @@ def chunked(c, e):
             add_row(c, e, rid, n)
             budget -= n
     seats = free_seats(c, e)
-    if budget > 0 and seats > 0 and c.es[e, S_NWAIT] and not c.es[e, S_PREEMPTED] and c.es[e, S_NSWAP] == 0:
+    if (budget > 0 and seats > 0 and c.counters[e, Counter.NWAIT] and not c.counters[e, Counter.PREEMPTED]
+            and c.counters[e, Counter.NSWAP] == 0):
         admit_waiting(c, e, budget, seats, True, False)
 
 
 @jit
 def static(c, e, now):
     r = c.req
-    n = c.es[e, S_BATCH_N]
+    n = c.counters[e, Counter.BATCH_N]
     if n:
         for i in range(n):
             rid = c.batch[e, i]
             if r.status[rid] == RUNNING:
                 add_row(c, e, rid, r.num_tokens[rid] - r.num_computed[rid])
-        if c.es[e, S_PN]:
+        if c.counters[e, Counter.PN]:
             return
         for i in range(n):  # the batch is over: its memory comes back
             kv.free_blocks(c, e, c.batch[e, i])
-        c.es[e, S_BATCH_N] = 0
-    c.ef[e, T_WAKE_AT] = np.inf
-    if not c.es[e, S_NWAIT]:
+        c.counters[e, Counter.BATCH_N] = 0
+    c.clocks[e, Clock.WAKE_AT] = np.inf
+    if not c.counters[e, Counter.NWAIT]:
         return
     head = c.qhead[e, queues.first_waiting(c, e)]
-    deadline = r.arrival[head] + c.epf[e, F_BATCH_TIMEOUT]
-    if c.es[e, S_NWAIT] < c.ep[e, P_BATCH_SIZE] and now < deadline:
-        c.ef[e, T_WAKE_AT] = deadline
+    deadline = r.arrival[head] + c.float_settings[e, FloatSetting.BATCH_TIMEOUT]
+    if c.counters[e, Counter.NWAIT] < c.settings[e, Setting.BATCH_SIZE] and now < deadline:
+        c.clocks[e, Clock.WAKE_AT] = deadline
         return
-    admit_waiting(c, e, BIG, c.ep[e, P_BATCH_SIZE], False, True)
-    for i in range(c.es[e, S_PN]):
+    admit_waiting(c, e, BIG, c.settings[e, Setting.BATCH_SIZE], False, True)
+    for i in range(c.counters[e, Counter.PN]):
         c.batch[e, i] = c.p_ids[e, i]
-    c.es[e, S_BATCH_N] = c.es[e, S_PN]
+    c.counters[e, Counter.BATCH_N] = c.counters[e, Counter.PN]
 
 
 @jit
 def schedule(c, e, now):
     """Plan engine ``e``'s next step at ``now``: its rows, their cached context, which sample,
     and the step's shape. Returns the number of rows (0: nothing to run)."""
-    c.es[e, S_PN] = 0
-    c.es[e, S_PREEMPTED] = 0
-    c.es[e, S_SWAP_IN] = 0
-    c.es[e, S_SWAP_OUT] = 0
-    policy = c.ep[e, P_POLICY]
+    c.counters[e, Counter.PN] = 0
+    c.counters[e, Counter.PREEMPTED] = 0
+    c.counters[e, Counter.SWAP_IN] = 0
+    c.counters[e, Counter.SWAP_OUT] = 0
+    policy = c.settings[e, Setting.POLICY]
     if policy == CONTINUOUS:
         continuous(c, e)
-    elif policy == CHUNKED:
+    elif policy == CHUNKED_PREFILL:
         chunked(c, e)
-    else:
+    elif policy == STATIC:
         static(c, e, now)
-    pn = c.es[e, S_PN]
+    pn = c.counters[e, Counter.PN]
     if pn == 0:
         return 0
     r = c.req
@@ -178,6 +159,6 @@ def schedule(c, e, now):
         samp[i] = comp[i] + new[i] == num_tokens[rid]
         if np.isnan(first_scheduled[rid]):
             first_scheduled[rid] = now
-    shape_into(c.shape[e], new, comp, samp, pn, c.ep[e, P_SPEC_K],
-               c.es[e, S_SWAP_IN] + c.es[e, S_SWAP_OUT], c.ep[e, P_BLOCK_SIZE])
+    shape_into(c.shape[e], new, comp, samp, pn, c.settings[e, Setting.SPEC_K],
+               c.counters[e, Counter.SWAP_IN] + c.counters[e, Counter.SWAP_OUT], c.settings[e, Setting.BLOCK_SIZE])
     return pn

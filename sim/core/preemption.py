@@ -8,19 +8,7 @@ from sim.core import kvblocks as kv
 from sim.core import queues
 from sim.core.admission import WAITING, join_running
 from sim.core.jit import jit, leaf
-from sim.core.state import (
-    P_BLOCK_SIZE,
-    P_SPEC_K,
-    P_SWAP,
-    P_WATERMARK,
-    S_HOST_FREE,
-    S_NRUN,
-    S_NSWAP,
-    S_PN,
-    S_PREEMPTED,
-    S_SWAP_IN,
-    S_SWAP_OUT,
-)
+from sim.core.state import Counter, Setting
 
 
 @leaf
@@ -35,40 +23,40 @@ def grow(c, e, first):
     """Give plan rows ``first``.. the blocks their new tokens need (and speculative drafts'),
     preempting the newest running requests until everything left fits."""
     r = c.req
-    bs = c.ep[e, P_BLOCK_SIZE]
-    ahead = c.ep[e, P_SPEC_K]
+    bs = c.settings[e, Setting.BLOCK_SIZE]
+    ahead = c.settings[e, Setting.SPEC_K]
     ids, new, num_computed, num_blocks = c.p_ids[e], c.p_new[e], r.num_computed, r.num_blocks
     while True:
         total = 0
-        for i in range(first, c.es[e, S_PN]):
+        for i in range(first, c.counters[e, Counter.PN]):
             total += _short(num_computed[ids[i]] + new[i] + ahead, num_blocks[ids[i]], bs)
-        if total <= kv.available(c, e) or c.es[e, S_NRUN] == 0:
+        if total <= kv.available(c, e) or c.counters[e, Counter.NRUN] == 0:
             break
-        victim = c.running[e, c.es[e, S_NRUN] - 1]
+        victim = c.running[e, c.counters[e, Counter.NRUN] - 1]
         preempt(c, e, victim)
         k = first
-        for i in range(first, c.es[e, S_PN]):
+        for i in range(first, c.counters[e, Counter.PN]):
             if c.p_ids[e, i] != victim:
                 c.p_ids[e, k] = c.p_ids[e, i]
                 c.p_new[e, k] = c.p_new[e, i]
                 k += 1
-        c.es[e, S_PN] = k
+        c.counters[e, Counter.PN] = k
     if total:
         kv.allocate(c, e, total)
-        for i in range(first, c.es[e, S_PN]):
+        for i in range(first, c.counters[e, Counter.PN]):
             rid = ids[i]
             num_blocks[rid] += _short(num_computed[rid] + new[i] + ahead, num_blocks[rid], bs)
 
 
 @jit
 def remove_running(c, e, rid):
-    n = c.es[e, S_NRUN]
+    n = c.counters[e, Counter.NRUN]
     k = 0
     for i in range(n):
         if c.running[e, i] != rid:
             c.running[e, k] = c.running[e, i]
             k += 1
-    c.es[e, S_NRUN] = k
+    c.counters[e, Counter.NRUN] = k
 
 
 @jit
@@ -77,15 +65,15 @@ def preempt(c, e, rid):
     drop them and recompute the request later (it goes back to the front of its queue)."""
     r = c.req
     remove_running(c, e, rid)
-    c.es[e, S_PREEMPTED] = 1
+    c.counters[e, Counter.PREEMPTED] = 1
     r.preemptions[rid] += 1
     r.status[rid] = WAITING
     n = r.num_blocks[rid]
-    if c.ep[e, P_SWAP] and n <= c.es[e, S_HOST_FREE]:
+    if c.settings[e, Setting.SWAP] and n <= c.counters[e, Counter.HOST_FREE]:
         kv.drop_cache_refs(c, e, rid)  # shared blocks stay cached; its own blocks go to host memory
         kv.release(c, e, r.num_blocks[rid])
-        c.es[e, S_HOST_FREE] -= n
-        c.es[e, S_SWAP_OUT] += n
+        c.counters[e, Counter.HOST_FREE] -= n
+        c.counters[e, Counter.SWAP_OUT] += n
         r.swapped_blocks[rid] = n
         r.num_blocks[rid] = 0
         queues.push_back(c, e, queues.swapped_q(c), rid)
@@ -101,15 +89,15 @@ def swap_in_waiting(c, e, seats):
     r = c.req
     q = queues.swapped_q(c)
     back = 0
-    while c.es[e, S_NSWAP] > 0 and back < seats:
+    while c.counters[e, Counter.NSWAP] > 0 and back < seats:
         rid = c.qhead[e, q]
         n = r.swapped_blocks[rid]
-        if n + c.ep[e, P_WATERMARK] > kv.available(c, e):
+        if n + c.settings[e, Setting.WATERMARK] > kv.available(c, e):
             break
         queues.pop_front(c, e, q)
         kv.allocate(c, e, n)
-        c.es[e, S_HOST_FREE] += n
-        c.es[e, S_SWAP_IN] += n
+        c.counters[e, Counter.HOST_FREE] += n
+        c.counters[e, Counter.SWAP_IN] += n
         r.num_blocks[rid] = n
         r.swapped_blocks[rid] = 0
         join_running(c, e, rid)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from sim.core.jit import leaf
 from sim.core.kvblocks import blocks_for
-from sim.core.state import P_BLOCK_SIZE, S_NREMOTE, S_NSWAP, S_NWAIT, S_QUEUED_BLOCKS
+from sim.core.state import Counter, Setting
 
 
 @leaf
@@ -24,15 +24,15 @@ def remote_q(c):
 @leaf
 def _count(c, e, q):
     if q == c.qhead.shape[1] - 2:
-        return S_NSWAP
+        return Counter.NSWAP
     if q == c.qhead.shape[1] - 1:
-        return S_NREMOTE
-    return S_NWAIT
+        return Counter.NREMOTE
+    return Counter.NWAIT
 
 
 @leaf
 def _queued_blocks(c, e, rid):
-    return blocks_for(c.req.prompt_len[rid], c.ep[e, P_BLOCK_SIZE])
+    return blocks_for(c.req.prompt_len[rid], c.settings[e, Setting.BLOCK_SIZE])
 
 
 @leaf
@@ -46,8 +46,8 @@ def push_back(c, e, q, rid):
     else:
         c.qhead[e, q] = rid
     c.qtail[e, q] = rid
-    c.es[e, _count(c, e, q)] += 1
-    c.es[e, S_QUEUED_BLOCKS] += _queued_blocks(c, e, rid)
+    c.counters[e, _count(c, e, q)] += 1
+    c.counters[e, Counter.QUEUED_BLOCKS] += _queued_blocks(c, e, rid)
 
 
 @leaf
@@ -61,8 +61,8 @@ def push_front(c, e, q, rid):
     else:
         c.qtail[e, q] = rid
     c.qhead[e, q] = rid
-    c.es[e, _count(c, e, q)] += 1
-    c.es[e, S_QUEUED_BLOCKS] += _queued_blocks(c, e, rid)
+    c.counters[e, _count(c, e, q)] += 1
+    c.counters[e, Counter.QUEUED_BLOCKS] += _queued_blocks(c, e, rid)
 
 
 @leaf
@@ -76,8 +76,8 @@ def pop_front(c, e, q):
     else:
         c.qtail[e, q] = -1
     r.qnext[rid] = -1
-    c.es[e, _count(c, e, q)] -= 1
-    c.es[e, S_QUEUED_BLOCKS] -= _queued_blocks(c, e, rid)
+    c.counters[e, _count(c, e, q)] -= 1
+    c.counters[e, Counter.QUEUED_BLOCKS] -= _queued_blocks(c, e, rid)
     return rid
 
 

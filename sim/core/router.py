@@ -25,37 +25,29 @@ from sim.core.commit import queue_len
 from sim.core.jit import jit, leaf
 from sim.core.rng import ROUTER, bits
 from sim.core.state import (
-    G_SEED,
     LEAST_KV,
     LEAST_OUTSTANDING,
-    P_NUM_BLOCKS,
     POWER_OF_TWO,
     PREFIX_AFFINITY,
-    R_COUNT,
-    R_FIRST,
-    R_TURN,
-    RT_BALANCE,
-    RT_COUNT,
-    RT_FIRST,
-    RT_KIND,
-    RT_TURN,
-    S_FREE,
-    S_NRUN,
-    S_NTRANSFER,
-    S_QUEUED_BLOCKS,
+    ROUND_ROBIN,
+    Counter,
+    Replica,
+    Routing,
+    RunCounter,
+    Setting,
 )
 
 
 @leaf
 def engine_outstanding(c, e):
-    return queue_len(c, e) + c.es[e, S_NRUN] + c.es[e, S_NTRANSFER]
+    return queue_len(c, e) + c.counters[e, Counter.NRUN] + c.counters[e, Counter.NTRANSFER]
 
 
 @jit
 def outstanding(c, r):
     n = 0
-    first = c.rp[r, R_FIRST]
-    for e in range(first, first + c.rp[r, R_COUNT]):
+    first = c.replicas[r, Replica.FIRST]
+    for e in range(first, first + c.replicas[r, Replica.COUNT]):
         n += engine_outstanding(c, e)
     return n
 
@@ -65,12 +57,13 @@ def kv_load(c, r):
     """Share of KV blocks in active use (cached but unused ones are reclaimable) or promised to
     the queued requests' prompts, averaged over the replica's engines: a burst does not all go
     to the replica whose queue has not been admitted yet."""
-    first = c.rp[r, R_FIRST]
-    k = c.rp[r, R_COUNT]
+    first = c.replicas[r, Replica.FIRST]
+    k = c.replicas[r, Replica.COUNT]
     total = 0.0
     for e in range(first, first + k):
-        used = c.ep[e, P_NUM_BLOCKS] - c.es[e, S_FREE] - bt.unused(c.cache, e) + c.es[e, S_QUEUED_BLOCKS]
-        total += used / max(c.ep[e, P_NUM_BLOCKS], 1)
+        used = (c.settings[e, Setting.NUM_BLOCKS] - c.counters[e, Counter.FREE] - bt.unused(c.cache, e)
+                + c.counters[e, Counter.QUEUED_BLOCKS])
+        total += used / max(c.settings[e, Setting.NUM_BLOCKS], 1)
     return total / k
 
 
@@ -93,8 +86,8 @@ def _prefix_match(c, r, rid):
 @jit
 def route(c, k, rid):
     """The replica router ``k`` (FRONT or BACK) sends ``rid`` to."""
-    first, count = c.rt[k, RT_FIRST], c.rt[k, RT_COUNT]
-    kind = c.rt[k, RT_KIND]
+    first, count = c.routers[k, Routing.FIRST], c.routers[k, Routing.COUNT]
+    kind = c.routers[k, Routing.KIND]
     if count == 1:
         r = first
     elif kind == LEAST_OUTSTANDING:
@@ -106,14 +99,14 @@ def route(c, k, rid):
             if load < best_load or (load == best_load and out < best_out):
                 r, best_load, best_out = x, load, out
     elif kind == POWER_OF_TWO:
-        h = bits(c.g[G_SEED], ROUTER, rid, k)
+        h = bits(c.run_counters[RunCounter.SEED], ROUTER, rid, k)
         a = np.int64(h % np.uint64(count))
         b = (a + 1 + np.int64((h >> np.uint64(32)) % np.uint64(count - 1))) % count
         lo, hi = min(a, b), max(a, b)
         r = first + lo if outstanding(c, first + lo) <= outstanding(c, first + hi) else first + hi
     elif kind == PREFIX_AFFINITY:
         least = _least_outstanding(c, first, count)
-        bound = outstanding(c, least) + c.rt[k, RT_BALANCE]
+        bound = outstanding(c, least) + c.routers[k, Routing.BALANCE]
         r, best = least, 0
         for x in range(first, first + count):
             if outstanding(c, x) > bound:
@@ -123,9 +116,11 @@ def route(c, k, rid):
                 r, best = x, m
         # r now holds the prompt's blocks, as far as the router knows (it held the first `best`)
         bt.remember(c.rtable, r, c.req.prefix_ids, c.req.prefix_offsets[rid], c.req.prefix_offsets[rid + 1], best)
-    else:  # round-robin
-        r = first + c.rt[k, RT_TURN]
-        c.rt[k, RT_TURN] = (c.rt[k, RT_TURN] + 1) % count
+    elif kind == ROUND_ROBIN:
+        r = first + c.routers[k, Routing.TURN]
+        c.routers[k, Routing.TURN] = (c.routers[k, Routing.TURN] + 1) % count
+    else:  # no other code: the scenario accepts only the names sim/vocab.py lists
+        r = first
     return r
 
 
@@ -133,11 +128,11 @@ def route(c, k, rid):
 def submit(c, r, rid, now):
     """``rid`` arrives at replica ``r`` at ``now`` and waits at one of its engines (a
     pipelined replica's virtual engines take turns). Returns that engine."""
-    first, count = c.rp[r, R_FIRST], c.rp[r, R_COUNT]
+    first, count = c.replicas[r, Replica.FIRST], c.replicas[r, Replica.COUNT]
     e = first
     if count > 1:
-        e = first + c.rp[r, R_TURN]
-        c.rp[r, R_TURN] = (c.rp[r, R_TURN] + 1) % count
+        e = first + c.replicas[r, Replica.TURN]
+        c.replicas[r, Replica.TURN] = (c.replicas[r, Replica.TURN] + 1) % count
     req = c.req
     req.arrival[rid] = now
     req.replica[rid] = r
@@ -151,7 +146,7 @@ def submit(c, r, rid, now):
 def receive(c, r, rid):
     """A request prefilled elsewhere waits at decode replica ``r`` (at its least loaded engine)
     for room to receive its KV cache. Returns that engine."""
-    first, count = c.rp[r, R_FIRST], c.rp[r, R_COUNT]
+    first, count = c.replicas[r, Replica.FIRST], c.replicas[r, Replica.COUNT]
     e, best = first, engine_outstanding(c, first)
     for x in range(first + 1, first + count):
         out = engine_outstanding(c, x)

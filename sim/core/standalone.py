@@ -9,7 +9,7 @@ from sim.core.calls import CoreCalls
 from sim.core.outbox import drain
 from sim.core.plan import BatchPlan
 from sim.core.requests import RequestTable, Status
-from sim.core.state import G_LOG_N, S_NRUN, S_NSWAP, S_NWAIT, T_WAKE_AT, EngineSpec, core_of
+from sim.core.state import Clock, Counter, EngineSpec, RunCounter, core_of
 
 
 class Standalone:
@@ -35,7 +35,7 @@ class Standalone:
         """The planned step ran (from ``now``, taking no simulated time)."""
         self.calls.begin_step(0, now, 0.0)
         self.calls.commit(0, now, stopped)
-        self.core.g[G_LOG_N] = 0
+        self.core.run_counters[RunCounter.LOG_N] = 0
         self._drain()
 
     def _drain(self) -> None:
@@ -45,10 +45,10 @@ class Standalone:
 
     @property
     def has_work(self) -> bool:
-        es = self.core.es[0]
-        return bool(es[S_NWAIT] + es[S_NRUN] + es[S_NSWAP])
+        es = self.core.counters[0]
+        return bool(es[Counter.NWAIT] + es[Counter.NRUN] + es[Counter.NSWAP])
 
     @property
     def wake_at(self) -> float:
         """When an idle engine should look again (a static batch's timeout), or inf."""
-        return float(self.core.ef[0, T_WAKE_AT])
+        return float(self.core.clocks[0, Clock.WAKE_AT])

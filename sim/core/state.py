@@ -2,7 +2,8 @@
 
 Every replica runs one *engine* (a pipeline-parallel replica runs ``pp`` virtual engines, as
 vLLM does, each with its own scheduler and share of the KV blocks). An engine's settings and
-counters are columns of small integer tables (``ep``, ``es``: indexed by the names below),
+counters are columns of small tables (``settings``, ``counters``, ...: each table's columns an
+IntEnum, numbered in the order named, filled by name with ``put``),
 its running requests and the step under way are rows of [engines, seats] arrays, and the
 waiting queues are linked through the request table (``qnext``/``qprev``), one per engine and
 priority level, plus the swapped-out and the waiting-for-KV-transfer queues.
@@ -11,6 +12,7 @@ priority level, plus the swapped-out and the waiting-for-KV-transfer queues.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import IntEnum
 from typing import NamedTuple
 
 import numpy as np
@@ -19,45 +21,53 @@ from sim.core.blocktable import BlockTable, block_table, block_table_ref
 from sim.core.jit import HAVE_NUMBA, entry, struct
 from sim.core.plan import SHAPE_SIZE
 from sim.core.requests import Requests, RequestTable, requests_ref
+from sim.vocab import POLICIES, ROLES, ROUTERS
 
-# Engine settings: ep[e, ...] (int64).
-(P_POLICY, P_NUM_BLOCKS, P_BLOCK_SIZE, P_MAX_SEQS, P_MAX_BATCHED, P_CHUNK, P_WATERMARK, P_BATCH_SIZE, P_SWAP,
- P_PREFIX, P_SPEC_K, P_ROLE, P_REPLICA, P_MAX_LEN, P_TP, P_MULTI_STEP) = range(16)
-NUM_EP = 16
-# Engine settings: epf[e, ...] (float64).
-F_BATCH_TIMEOUT, F_SPEC_ALPHA = range(2)
-NUM_EPF = 2
-STATIC, CONTINUOUS, CHUNKED = range(3)
-POLICIES = {"static": STATIC, "continuous": CONTINUOUS, "chunked-prefill": CHUNKED}
-COLOCATED, PREFILL, DECODE = range(3)
-ROLES = {"colocated": COLOCATED, "prefill": PREFILL, "decode": DECODE}
-# Engine counters: es[e, ...] (int64).
-(S_FREE, S_HOST_FREE, S_NRUN, S_NWAIT, S_NSWAP, S_NREMOTE, S_NTRANSFER, S_PREEMPTED, S_PN, S_SWAP_IN, S_SWAP_OUT,
- S_BATCH_N, S_USED_AT, S_CACHED_AT, S_QUEUED_AT, S_QUEUED_BLOCKS, S_ROUND) = range(17)
-NUM_ES = 17  # S_QUEUED_BLOCKS: the blocks the queued requests' prompts will take; S_ROUND: multi-step
-# Engine clocks: ef[e, ...] (float64).
-T_WAKE_AT, T_START, T_DURATION = range(3)
-NUM_EF = 3
-# Replicas: rp[r, ...] (int64); pf[r, ...] (float64) the pipeline's hand-off costs.
-R_FIRST, R_COUNT, R_TURN, R_ROLE = range(4)
-NUM_RP = 4
-PF_OVERHEAD, PF_HIDDEN_BYTES, PF_LINK, PF_LATENCY = range(4)
-# Routers: rt[k, ...], k = FRONT (new requests) or BACK (handed-over requests, disaggregation).
-RT_KIND, RT_FIRST, RT_COUNT, RT_TURN, RT_BALANCE = range(5)
+
+def columns(name: str, names: str, doc: str) -> type[IntEnum]:
+    """A table's columns, numbered in the order named; numba reads each member as a constant."""
+    enum = IntEnum(name, names.split(), start=0, module=__name__)
+    enum.__doc__ = doc
+    return enum
+
+
+Setting = columns("Setting", """POLICY NUM_BLOCKS BLOCK_SIZE MAX_SEQS MAX_BATCHED CHUNK WATERMARK BATCH_SIZE
+    SWAP PREFIX SPEC_K ROLE REPLICA MAX_LEN TP MULTI_STEP""", "An engine's settings: settings[e, Setting.X] (int64).")
+FloatSetting = columns("FloatSetting", "BATCH_TIMEOUT SPEC_ALPHA",
+                       "An engine's float settings: float_settings[e, FloatSetting.X].")
+Counter = columns("Counter", """FREE HOST_FREE NRUN NWAIT NSWAP NREMOTE NTRANSFER PREEMPTED PN SWAP_IN SWAP_OUT
+    BATCH_N USED_AT CACHED_AT QUEUED_AT QUEUED_BLOCKS ROUND LISTENING WAKING""",
+                  "An engine's counters: counters[e, Counter.X] (int64). QUEUED_BLOCKS: the blocks the queued "
+                  "requests' prompts will take; ROUND: multi-step; LISTENING: the engine sleeps until woken; "
+                  "WAKING: its wake-up is on the loop's clock; *_AT: as the step under way started.")
+Clock = columns("Clock", "WAKE_AT START DURATION TIMER_AT",
+                "An engine's times: clocks[e, Clock.X]. WAKE_AT: when an idle engine should look again; "
+                "TIMER_AT: the earliest batching timer pending.")
+Replica = columns("Replica", "FIRST COUNT TURN ROLE",
+                  "A replica: replicas[r, Replica.X] (int64): its first engine, their count (pp), whose turn.")
+PipeCost = columns("PipeCost", "OVERHEAD HIDDEN_BYTES LINK LATENCY",
+                   "A replica's pipeline hand-off costs: pipe_costs[r, PipeCost.X] (sim/pricing/links.py).")
+Routing = columns("Routing", "KIND FIRST COUNT TURN BALANCE",
+                  "A router: routers[k, Routing.X], k = FRONT (new requests) or BACK (handed over).")
+LinkCost = columns("LinkCost", "BANDWIDTH LATENCY LAYERWISE LAYERS KV_BYTES",
+                   "The disaggregation link: link_costs[LinkCost.X] (sim/pricing/links.py).")
+RunCounter = columns("RunCounter", "SEED OUT_N LOG_N FX_N NEXT_RID NEXT_SEND USERS",
+                     "Run-wide counters: run_counters[RunCounter.X]: the seed, the outbox's and effects' "
+                     "lengths, the step log's rows, the next request to arrive or be sent, closed-loop users.")
+RunTime = columns("RunTime", "THINK NEXT_ARRIVAL",
+                  "Run-wide times: run_times[RunTime.X]: a closed-loop user's think time; when the pending "
+                  "arrival event is.")
+# Codes of the scenario's names (sim/vocab.py): a new name fails here until it has its constant.
+STATIC, CONTINUOUS, CHUNKED_PREFILL = POLICIES.values()
+COLOCATED, PREFILL, DECODE = ROLES.values()
 FRONT, BACK = 0, 1
-ROUND_ROBIN, LEAST_OUTSTANDING, LEAST_KV, POWER_OF_TWO, PREFIX_AFFINITY = range(5)
-ROUTERS = {"round-robin": ROUND_ROBIN, "least-outstanding": LEAST_OUTSTANDING, "least-kv": LEAST_KV,
-           "power-of-two": POWER_OF_TWO, "prefix-affinity": PREFIX_AFFINITY}
-# The disaggregation link: lk[...] (float64).
-LK_BANDWIDTH, LK_LATENCY, LK_LAYERWISE, LK_LAYERS, LK_KV_BYTES = range(5)
-# Run-wide counters: g[...].
-G_SEED, G_OUT_N, G_LOG_N = range(3)
+ROUND_ROBIN, LEAST_OUTSTANDING, LEAST_KV, POWER_OF_TWO, PREFIX_AFFINITY = ROUTERS.values()
 # The outbox: what an engine's turn left for its loop to act on, as rid * 8 + kind.
 DONE, HANDOFF, SEND_KV, DROP_KV = range(4)
 # The step log: one row per step, int32 columns then float64 (start, duration).
-(L_REPLICA, L_ENGINE, L_SEQS, L_TOKENS, L_PREFILL, L_DECODES, L_USED, L_CACHED, L_QUEUE) = range(9)
-LOG_INT_COLUMNS = ("replica", "engine", "num_seqs", "num_tokens", "prefill_tokens", "decode_seqs",
-                   "kv_blocks_used", "kv_blocks_cached", "queue_len")
+LogColumn = columns("LogColumn", """REPLICA ENGINE NUM_SEQS NUM_TOKENS PREFILL_TOKENS DECODE_SEQS KV_BLOCKS_USED
+    KV_BLOCKS_CACHED QUEUE_LEN""", "The step log's int columns: log_i[LogColumn.X, row].")
+LOG_INT_COLUMNS = tuple(c.name.lower() for c in LogColumn)
 LOG_ROWS = 1 << 16
 # Inter-token gaps: a histogram per traffic class, 200 bins per decade from 1 µs.
 ITL_BINS, ITL_PER_DECADE, ITL_LOG_MIN = 2000, 200, -6.0
@@ -65,10 +75,10 @@ ITL_BINS, ITL_PER_DECADE, ITL_LOG_MIN = 2000, 200, -6.0
 
 class Core(NamedTuple):
     req: Requests
-    ep: np.ndarray
-    epf: np.ndarray
-    es: np.ndarray
-    ef: np.ndarray
+    settings: np.ndarray  # [E, Setting]
+    float_settings: np.ndarray  # [E, FloatSetting]
+    counters: np.ndarray  # [E, Counter]
+    clocks: np.ndarray  # [E, Clock]
     qhead: np.ndarray  # [E, levels + 2]: waiting (by level), then swapped, then remote queues
     qtail: np.ndarray
     running: np.ndarray  # [E, seats] in admission order (the last is preempted first)
@@ -79,14 +89,17 @@ class Core(NamedTuple):
     p_samp: np.ndarray
     shape: np.ndarray  # [E, SHAPE_SIZE] its shape
     cache: BlockTable  # each engine's prefix cache
-    rp: np.ndarray
-    pf: np.ndarray
+    replicas: np.ndarray  # [R, Replica]
+    pipe_costs: np.ndarray  # [R, PipeCost]
     stage_free: np.ndarray  # [R, stages] when each pipeline stage is next free
-    rt: np.ndarray
+    routers: np.ndarray  # [2, Routing]
     rtable: BlockTable  # prefix-affinity: each replica's prefixes, as its router saw them
-    lk: np.ndarray
-    g: np.ndarray
+    link_costs: np.ndarray  # [LinkCost]
+    run_counters: np.ndarray  # [RunCounter]
+    run_times: np.ndarray  # [RunTime]
     out: np.ndarray
+    fx: np.ndarray  # [capacity, 2] the effects of the handlers since the loop last took them: kind, who
+    fx_delay: np.ndarray  # [capacity] and after how long
     log_i: np.ndarray  # [LOG_INT_COLUMNS, LOG_ROWS] the step log's chunk, a row per column
     log_f: np.ndarray  # [2, LOG_ROWS] start, duration
     itl_hist: np.ndarray  # [classes, ITL_BINS]
@@ -137,67 +150,97 @@ def engines_of(scenario) -> list[EngineSpec]:
     return out
 
 
-def build_core(scenario, table: RequestTable) -> Core:
-    """The core of ``scenario``'s cluster over ``table``'s requests, nothing arrived yet."""
+def table(columns: type[IntEnum], rows: int | None = None, dtype=np.float64, fill=0.0) -> np.ndarray:
+    """A table with ``columns`` (one row when ``rows`` is None)."""
+    return np.full(len(columns) if rows is None else (rows, len(columns)), fill, dtype=dtype)
+
+
+def put(row: np.ndarray, columns: type[IntEnum], **values) -> None:
+    """Fill a table's row by name; every column must be named (none is left at its default by accident)."""
+    missing = [c.name.lower() for c in columns if c.name.lower() not in values]
+    if missing:
+        raise ValueError(f"{columns.__name__}: no value for {', '.join(missing)}")
+    for name, v in values.items():
+        row[columns[name.upper()]] = v
+
+
+def build_core(scenario, table_: RequestTable, *, step_overhead_s: float = 0.0,
+               closed: tuple[int, float] | None = None) -> Core:
+    """The core of ``scenario``'s cluster over ``table_``'s requests, nothing arrived yet
+    (``step_overhead_s``: a step's fixed cost, which a pipeline's first stage pays; ``closed``:
+    a closed loop's users and think time)."""
     specs = scenario.replica_specs
-    from sim.pricing.roofline import engine_of
-
-    overhead = engine_of(scenario).step_overhead_s
-    pf = np.array([(overhead, scenario.model_spec.hidden_size * 2 / r.hardware.tp,
-                    r.gpu.interconnect_bandwidth, 5e-6) for r in specs])
-    lk = np.zeros(5)
+    pipe = table(PipeCost, len(specs))
+    for r, spec in enumerate(specs):
+        put(pipe[r], PipeCost, overhead=step_overhead_s,
+            hidden_bytes=scenario.model_spec.hidden_size * 2 / spec.hardware.tp, link=spec.gpu.interconnect_bandwidth,
+            latency=5e-6)
+    link = table(LinkCost)
     if scenario.disaggregation is not None:
-        link = scenario.disaggregation.link
-        lk[:] = (link.bandwidth, link.latency, link.layerwise_overlap, scenario.model_spec.num_layers,
-                 scenario.model_spec.kv_bytes_per_token(scenario.quantization.kv_cache))
-    return core_of(engines_of(scenario), table, seed=scenario.seed, router=scenario.router.policy,
-                   balance=scenario.router.balance_abs, pipeline=pf, link=lk)
+        x = scenario.disaggregation.link
+        put(link, LinkCost, bandwidth=x.bandwidth, latency=x.latency, layerwise=x.layerwise_overlap,
+            layers=scenario.model_spec.num_layers,
+            kv_bytes=scenario.model_spec.kv_bytes_per_token(scenario.quantization.kv_cache))
+    return core_of(engines_of(scenario), table_, seed=scenario.seed, router=scenario.router.policy,
+                   balance=scenario.router.balance_abs, pipeline=pipe, link=link, closed=closed)
 
 
-def core_of(engines: list[EngineSpec], table: RequestTable, *, seed: int = 0, router: str = "round-robin",
-            balance: int = 0, pipeline: np.ndarray | None = None, link: np.ndarray | None = None) -> Core:
+def core_of(engines: list[EngineSpec], requests: RequestTable, *, seed: int = 0, router: str = "round-robin",
+            balance: int = 0, pipeline: np.ndarray | None = None, link: np.ndarray | None = None,
+            closed: tuple[int, float] | None = None) -> Core:
     """A core over these engines (consecutive engines of one replica are its pipeline's)."""
     E = len(engines)
     R = engines[-1].replica + 1
-    ep = np.zeros((E, NUM_EP), dtype=np.int64)
-    epf = np.zeros((E, NUM_EPF))
-    es = np.zeros((E, NUM_ES), dtype=np.int64)
-    rp = np.zeros((R, NUM_RP), dtype=np.int64)
+    ints = np.int64
+    settings, float_settings = table(Setting, E, ints), table(FloatSetting, E)
+    counters, replicas = table(Counter, E, ints), table(Replica, R, ints)
     for e, x in enumerate(engines):
         s = x.scheduler
-        if rp[x.replica, R_COUNT] == 0:
-            rp[x.replica] = (e, 0, 0, ROLES[x.role])
-        rp[x.replica, R_COUNT] += 1
-        watermark = 0 if s.policy == "static" else int(s.watermark * x.num_blocks)
-        spec_k = s.speculative.num_tokens if s.speculative else 0
-        ep[e] = (POLICIES[s.policy], x.num_blocks, x.block_size, s.max_num_seqs, s.max_batched_tokens, s.chunk_size,
-                 watermark, s.batch_size, s.preemption == "swap", s.prefix_caching, spec_k, ROLES[x.role],
-                 x.replica, x.max_model_len, x.tp, s.num_scheduler_steps)
-        epf[e] = (s.batch_timeout_s, s.speculative.acceptance_rate if s.speculative else 0.0)
-        es[e, S_FREE] = x.num_blocks
-        es[e, S_HOST_FREE] = x.host_blocks
+        if replicas[x.replica, Replica.COUNT] == 0:
+            put(replicas[x.replica], Replica, first=e, count=0, turn=0, role=ROLES[x.role])
+        replicas[x.replica, Replica.COUNT] += 1
+        put(settings[e], Setting, policy=POLICIES[s.policy], num_blocks=x.num_blocks, block_size=x.block_size,
+            max_seqs=s.max_num_seqs, max_batched=s.max_batched_tokens, chunk=s.chunk_size,
+            watermark=0 if s.policy == "static" else int(s.watermark * x.num_blocks), batch_size=s.batch_size,
+            swap=s.preemption == "swap", prefix=s.prefix_caching,
+            spec_k=s.speculative.num_tokens if s.speculative else 0, role=ROLES[x.role], replica=x.replica,
+            max_len=x.max_model_len, tp=x.tp, multi_step=s.num_scheduler_steps)
+        put(float_settings[e], FloatSetting, batch_timeout=s.batch_timeout_s,
+            spec_alpha=s.speculative.acceptance_rate if s.speculative else 0.0)
+        counters[e, Counter.FREE] = x.num_blocks
+        counters[e, Counter.HOST_FREE] = x.host_blocks
     seats = int(max(max(x.scheduler.max_num_seqs, x.scheduler.batch_size) for x in engines))
     kind = ROUTERS[router]
-    rt = np.zeros((2, 5), dtype=np.int64)
-    front = [r for r in range(R) if rp[r, R_ROLE] != DECODE]
-    back = [r for r in range(R) if rp[r, R_ROLE] == DECODE]
-    rt[FRONT] = (kind, front[0], len(front), 0, balance)
-    if back:
-        rt[BACK] = (kind, back[0], len(back), 0, balance)
-    caching = [int(ep[e, P_NUM_BLOCKS]) if ep[e, P_PREFIX] else 0 for e in range(E)]
+    routers = table(Routing, 2, ints)
+    front = [r for r in range(R) if replicas[r, Replica.ROLE] != DECODE]
+    back = [r for r in range(R) if replicas[r, Replica.ROLE] == DECODE]
+    for k, pool in ((FRONT, front), (BACK, back)):
+        if pool:
+            put(routers[k], Routing, kind=kind, first=pool[0], count=len(pool), turn=0, balance=balance)
+    blocks = settings[:, Setting.NUM_BLOCKS]
+    caching = [int(blocks[e]) if settings[e, Setting.PREFIX] else 0 for e in range(E)]
     # Prefix-affinity remembers as many blocks per replica as the replica could cache.
-    router_tables = [int(ep[rp[r, R_FIRST]:rp[r, R_FIRST] + rp[r, R_COUNT], P_NUM_BLOCKS].sum())
-                     if kind == PREFIX_AFFINITY else 0 for r in range(R)]
-    ints = lambda *shape: np.zeros(shape, dtype=np.int64)  # noqa: E731
-    classes = len(table.class_names)
-    levels = table.num_levels
+    first, count = replicas[:, Replica.FIRST], replicas[:, Replica.COUNT]
+    router_tables = [int(blocks[first[r]:first[r] + count[r]].sum()) if kind == PREFIX_AFFINITY else 0
+                     for r in range(R)]
+    run_counters, run_times = table(RunCounter, dtype=ints), table(RunTime)
+    run_counters[RunCounter.SEED] = seed
+    run_counters[RunCounter.USERS] = closed[0] if closed else 0
+    run_times[RunTime.THINK] = closed[1] if closed else 0.0
+    run_times[RunTime.NEXT_ARRIVAL] = np.inf
+    rows = lambda *shape: np.zeros(shape, dtype=ints)  # noqa: E731
+    classes = len(requests.class_names)
+    levels = requests.num_levels
+    effects = 2 * requests.n + 4 * E + 64  # a request sends and lands once; an engine wakes, times, steps
     return Core(
-        req=table.arrays(), ep=ep, epf=epf, es=es, ef=np.full((E, NUM_EF), np.inf),
-        qhead=np.full((E, levels + 2), -1, dtype=np.int64), qtail=np.full((E, levels + 2), -1, dtype=np.int64),
-        running=ints(E, seats), batch=ints(E, seats), p_ids=ints(E, seats), p_new=ints(E, seats),
-        p_comp=ints(E, seats), p_samp=np.zeros((E, seats), dtype=np.bool_), shape=np.zeros((E, SHAPE_SIZE)),
-        cache=block_table(caching), rp=rp, pf=np.zeros((R, 4)) if pipeline is None else pipeline,
-        stage_free=np.zeros((R, int(rp[:, R_COUNT].max()))), rt=rt, rtable=block_table(router_tables),
-        lk=np.zeros(5) if link is None else link, g=np.array([seed, 0, 0], dtype=np.int64),
-        out=ints(2 * table.n + 64), log_i=np.zeros((len(LOG_INT_COLUMNS), LOG_ROWS), dtype=np.int32),
-        log_f=np.zeros((2, LOG_ROWS)), itl_hist=ints(classes, ITL_BINS), itl_sum=ints(classes))
+        req=requests.arrays(), settings=settings, float_settings=float_settings, counters=counters,
+        clocks=table(Clock, E, fill=np.inf),
+        qhead=np.full((E, levels + 2), -1, dtype=ints), qtail=np.full((E, levels + 2), -1, dtype=ints),
+        running=rows(E, seats), batch=rows(E, seats), p_ids=rows(E, seats), p_new=rows(E, seats),
+        p_comp=rows(E, seats), p_samp=np.zeros((E, seats), dtype=np.bool_), shape=np.zeros((E, SHAPE_SIZE)),
+        cache=block_table(caching), replicas=replicas, pipe_costs=table(PipeCost, R) if pipeline is None else pipeline,
+        stage_free=np.zeros((R, int(count.max()))), routers=routers, rtable=block_table(router_tables),
+        link_costs=table(LinkCost) if link is None else link, run_counters=run_counters, run_times=run_times,
+        out=rows(2 * requests.n + 64), fx=rows(effects, 2), fx_delay=np.zeros(effects),
+        log_i=np.zeros((len(LOG_INT_COLUMNS), LOG_ROWS), dtype=np.int32), log_f=np.zeros((2, LOG_ROWS)),
+        itl_hist=rows(classes, ITL_BINS), itl_sum=rows(classes))

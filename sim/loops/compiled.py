@@ -2,8 +2,8 @@
 
 Capacity planning runs thousands of simulations; a Python step loop spends tens of µs per
 event. This loop takes the same events in SimPy's order (time, then creation), calls the same
-core functions in the same order (sim/loops/simpy_loop.py tells the story; sim/loops/events.py
-restates its processes), and prices each step with the same pricing core, so its results are
+handlers (sim/core/handlers.py) and turns their effects into events the same way
+(sim/loops/events.py), and prices each step with the same pricing core, so its results are
 identical, bit for bit (tests/sim/test_loops_agree.py). Where nothing can change a batch of
 decodes for a while, it commits those steps in one go (sim/loops/decode_runs.py), with the
 same results. It returns to Python whenever the step log's chunk is full or its event heap
@@ -14,39 +14,27 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import numpy as np
-
-from sim.core import disagg
-from sim.core.commit import commit
+from sim.core import handlers
+from sim.core.handlers import STEP_END, WAKE
 from sim.core.jit import entry
-from sim.core.state import DECODE, G_LOG_N, LOG_ROWS, R_ROLE, Core, core_ref
+from sim.core.state import DECODE, LOG_ROWS, Core, Replica, RunCounter, core_ref
 from sim.loops.decode_runs import decode_run, steady
 from sim.loops.events import (
-    ARRIVAL,
     FINISHED,
     HEAP_FULL,
     K_HEAP_N,
-    K_NEXT_RID,
-    K_NEXT_SEND,
     K_STARTED,
     K_STEPS,
     LOG_FULL,
-    SEND,
-    STEP_END,
-    TIMER,
-    WAKE,
     Loop,
-    act,
-    arrivals,
+    apply,
+    engine_turn,
     grown,
     horizon,
     loop_ref,
     new_loop,
-    notify,
-    plan,
     pop,
     push,
-    submit,
     turn,
 )
 from sim.pricing.costs import Costs, costs_ref
@@ -56,55 +44,35 @@ from sim.pricing.costs import Costs, costs_ref
 def run_events(c, costs, L, seats):
     """Take events until everyone is done, the step log's chunk is full, or the heap may run
     out of room. Returns why it stopped."""
-    E = c.es.shape[0]
+    E = c.counters.shape[0]
     if not L.k[K_STARTED]:
         L.k[K_STARTED] = 1
         for e in range(E):  # every engine starts, finds nothing to do and listens
             turn(c, costs, L, e, 0.0)
-        if L.closed[0] > 0:
-            first = min(int(L.closed[0]), c.req.arrival.shape[0])
-            for rid in range(first):
-                push(L, 0.0, SEND, rid)
-            L.k[K_NEXT_SEND] = first
-        else:
-            arrivals(c, L, 0.0, False)
+        handlers.start(c, 0.0)
+        apply(c, L, 0.0)
     room = 2 * E + 4 * seats + 16  # the most events one event can add
     while L.k[K_HEAP_N]:
-        if c.g[G_LOG_N] == LOG_ROWS:
+        if c.run_counters[RunCounter.LOG_N] == LOG_ROWS:
             return LOG_FULL
         if L.k[K_HEAP_N] + room > L.ht.shape[0]:
             return HEAP_FULL
         now, kind, who = pop(L)
         L.now[0] = now
         if kind == STEP_END:
-            commit(c, who, now, L.no_stop, False)
+            handlers.step_end(c, who, now, L.no_stop, False)
             L.k[K_STEPS] += 1
-            act(c, L, now)
-            end = plan(c, costs, L, who, now)
+            end = engine_turn(c, costs, L, who, now)
             if end >= 0.0 and steady(c, who, now):  # jump over decode steps nothing can change
                 end = decode_run(c, costs, L, who, now, end, horizon(c, L, who))
             if end >= 0.0:
                 push(L, end, STEP_END, who)
         elif kind == WAKE:
-            L.waking[who] = False
-            L.listening[who] = False
+            handlers.woken(c, who)
             turn(c, costs, L, who, now)
-        elif kind == ARRIVAL:
-            L.next_arrival[0] = np.inf
-            arrivals(c, L, now, True)
-        elif kind == SEND:
-            submit(c, L, who, now)
-        elif kind == TIMER:
-            if now == L.timer_at[who]:
-                L.timer_at[who] = np.inf
-            notify(L, who, now)
-        else:  # LANDED: a KV cache has arrived
-            src = c.req.source[who]
-            disagg.release_source(c, who)
-            notify(L, src, now)
-            e = c.req.engine[who]
-            disagg.kv_arrived(c, e, who, now)
-            notify(L, e, now)
+        else:
+            handlers.handle(c, kind, who, now)
+            apply(c, L, now)
     return FINISHED
 
 
@@ -112,10 +80,10 @@ def run_compiled(core: Core, costs: Costs, closed: tuple[int, float] | None,
                  on_log_full: Callable[[Core], None], progress: Callable[[int], None] | None = None) -> Loop:
     """Simulate every request of ``core`` with the compiled loop. ``on_log_full`` takes each full
     chunk of the step log; ``progress`` hears how many requests have arrived, now and then."""
-    E = core.es.shape[0]
+    E = core.counters.shape[0]
     seats = core.p_ids.shape[1]
-    apart = closed is None and not (core.rp[:, R_ROLE] == DECODE).any()
-    L = new_loop(E, 4 * (2 * E + 4 * seats + 16) + (closed[0] if closed else 0), closed, apart)
+    apart = closed is None and not (core.replicas[:, Replica.ROLE] == DECODE).any()
+    L = new_loop(E, 4 * (2 * E + 4 * seats + 16) + (closed[0] if closed else 0), apart)
     c, cost_ref, ref = core_ref(core), costs_ref(costs), loop_ref(L)
     while True:
         why = run_events(c, cost_ref, ref, seats)
@@ -125,7 +93,7 @@ def run_compiled(core: Core, costs: Costs, closed: tuple[int, float] | None,
         elif why == LOG_FULL:
             on_log_full(core)
         if progress is not None:
-            progress(int(L.k[K_NEXT_RID] if not closed else L.k[K_NEXT_SEND]))
+            progress(int(core.run_counters[RunCounter.NEXT_SEND if closed else RunCounter.NEXT_RID]))
         if why == FINISHED:
             return L
 

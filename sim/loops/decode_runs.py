@@ -18,43 +18,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.core import blocktable as bt
+from sim.core import handlers
 from sim.core import kvblocks as kv
-from sim.core.commit import finish, itl_bin, log_step, queue_len
+from sim.core.commit import begin_step, count_gaps, finish, gap_ns, itl_bin, log_step
 from sim.core.jit import jit
-from sim.core.plan import DECODE_CONTEXT, DECODE_SEQS, NUM_SAMPLED, NUM_SEQS, NUM_TOKENS
+from sim.core.plan import decode_shape, is_decode
 from sim.core.policies import next_round_step
-from sim.core.state import (
-    CHUNKED,
-    CONTINUOUS,
-    G_LOG_N,
-    G_OUT_N,
-    LOG_ROWS,
-    P_BLOCK_SIZE,
-    P_NUM_BLOCKS,
-    P_POLICY,
-    P_REPLICA,
-    P_ROLE,
-    P_SPEC_K,
-    PREFILL,
-    R_COUNT,
-    S_CACHED_AT,
-    S_FREE,
-    S_NREMOTE,
-    S_NRUN,
-    S_NSWAP,
-    S_NTRANSFER,
-    S_NWAIT,
-    S_PN,
-    S_PREEMPTED,
-    S_QUEUED_AT,
-    S_SWAP_IN,
-    S_SWAP_OUT,
-    S_USED_AT,
-    T_DURATION,
-    T_START,
-)
-from sim.loops.events import K_HEAP_N, K_JUMPED, K_STEPS, act, priced, turn
+from sim.core.state import CHUNKED_PREFILL, CONTINUOUS, LOG_ROWS, PREFILL, Counter, Replica, RunCounter, Setting
+from sim.loops.events import K_HEAP_N, K_JUMPED, K_STEPS, apply, priced, turn
 
 RUN_STEPS = 64  # the longest run: only rows that end or grow within it are sorted
 
@@ -65,20 +36,21 @@ def steady(c, e, now):
     engine, not prefilling for others, not pipelined, no speculation; every running request
     (and only they) decodes, every one of them had its last token now; nobody waits, nothing
     is on its way in, nothing was preempted or swapped for this step."""
-    p = c.ep[e]
-    if p[P_POLICY] != CONTINUOUS and p[P_POLICY] != CHUNKED:
+    p = c.settings[e]
+    if p[Setting.POLICY] != CONTINUOUS and p[Setting.POLICY] != CHUNKED_PREFILL:
         return False
-    if p[P_ROLE] == PREFILL or p[P_SPEC_K] or c.rp[p[P_REPLICA], R_COUNT] > 1:
+    if p[Setting.ROLE] == PREFILL or p[Setting.SPEC_K] or c.replicas[p[Setting.REPLICA], Replica.COUNT] > 1:
         return False
-    s = c.es[e]
-    if s[S_PN] != s[S_NRUN] or s[S_NWAIT] or s[S_NSWAP] or s[S_NREMOTE] or s[S_NTRANSFER]:
+    s = c.counters[e]
+    if (s[Counter.PN] != s[Counter.NRUN] or s[Counter.NWAIT] or s[Counter.NSWAP] or s[Counter.NREMOTE]
+            or s[Counter.NTRANSFER]):
         return False
-    if s[S_PREEMPTED] or s[S_SWAP_IN] or s[S_SWAP_OUT]:
+    if s[Counter.PREEMPTED] or s[Counter.SWAP_IN] or s[Counter.SWAP_OUT]:
         return False
     ids, new, comp, samp, last = c.p_ids[e], c.p_new[e], c.p_comp[e], c.p_samp[e], c.req.last_token
     ok = True
-    for i in range(s[S_PN]):
-        ok = ok and new[i] == 1 and comp[i] > 0 and samp[i] and last[ids[i]] == now
+    for i in range(s[Counter.PN]):
+        ok = ok and is_decode(new[i], comp[i]) and samp[i] and last[ids[i]] == now
     return ok
 
 
@@ -87,11 +59,11 @@ def decode_run(c, costs, L, e, now, end, horizon):
     """Commit engine e's steady decode steps (the first planned at ``now``, ending at ``end``)
     that end before ``horizon``. Returns when the step it leaves planned ends (the caller
     waits for it), or -1 when it handed the engine back to its ordinary turn."""
-    if not end < horizon or c.g[G_LOG_N] == LOG_ROWS:
+    if not end < horizon or c.run_counters[RunCounter.LOG_N] == LOG_ROWS:
         return end
     r = c.req
-    n = c.es[e, S_PN]
-    bs = c.ep[e, P_BLOCK_SIZE]
+    n = c.counters[e, Counter.PN]
+    bs = c.settings[e, Setting.BLOCK_SIZE]
     ids = c.p_ids[e, :n].copy()  # in running order
     c0 = c.p_comp[e, :n].copy()  # cached tokens before step 1
     h = r.num_blocks[ids]  # blocks held for step 1
@@ -117,11 +89,10 @@ def decode_run(c, costs, L, e, now, end, horizon):
         # -- commit step j at t (as commit would: tokens, gaps, the log, rows that are done)
         gap = t - t_prev
         b = itl_bin(gap)
-        ns = np.int64(gap * 1e9 + 0.5)
+        ns = gap_ns(gap)
         for cls in range(classes.shape[0]):
             if classes[cls]:
-                c.itl_hist[cls, b] += classes[cls]
-                c.itl_sum[cls] += ns * classes[cls]
+                count_gaps(c, cls, b, ns, classes[cls])
         log_step(c, e, k, k, k)
         L.k[K_STEPS] += 1
         L.k[K_JUMPED] += 1
@@ -137,8 +108,9 @@ def decode_run(c, costs, L, e, now, end, horizon):
             context -= c0[i] + j
             if growing[i]:
                 cnt[grow_at[i] % bs] -= 1
-        if c.g[G_OUT_N]:  # rows ended: what they left to do
-            act(c, L, t)
+        if c.run_counters[RunCounter.OUT_N]:  # rows ended: what they left to do
+            handlers.react(c, t)
+            apply(c, L, t)
         if not L.engines_apart[0] and L.k[K_HEAP_N] and L.ht[0] < horizon:
             horizon = L.ht[0]  # it made an event (a closed-loop user's next request)
         # -- plan step j + 1 (as schedule would: every row decodes, blocks for those that need one)
@@ -162,21 +134,11 @@ def decode_run(c, costs, L, e, now, end, horizon):
         next_round_step(c, e)
         j += 1
         context += k
-        shape = c.shape[e]
-        shape[NUM_TOKENS] = k
-        shape[NUM_SEQS] = k
-        shape[DECODE_SEQS] = k
-        shape[DECODE_CONTEXT] = context
-        shape[NUM_SAMPLED] = k
-        unused = bt.unused(c.cache, e)
-        c.es[e, S_USED_AT] = c.ep[e, P_NUM_BLOCKS] - c.es[e, S_FREE] - unused
-        c.es[e, S_CACHED_AT] = unused
-        c.es[e, S_QUEUED_AT] = queue_len(c, e)
-        duration = priced(c, costs, L, e)
-        c.ef[e, T_START] = t
-        c.ef[e, T_DURATION] = duration
+        decode_shape(c.shape[e], k, context)
+        duration = priced(c, costs, L, e, t)
+        begin_step(c, e, t, duration)
         t_prev, t = t, t + duration
-        if not t < horizon or c.g[G_LOG_N] == LOG_ROWS:
+        if not t < horizon or c.run_counters[RunCounter.LOG_N] == LOG_ROWS:
             _leave(c, e, ids, c0, h, live, j, t_prev, bs, True)
             return t
 
@@ -230,6 +192,6 @@ def _leave(c, e, ids, c0, h, live, j, t, bs, planned):
             c.p_comp[e, k] = c0[i] + committed
             c.p_samp[e, k] = True
         k += 1
-    c.es[e, S_NRUN] = k
+    c.counters[e, Counter.NRUN] = k
     if planned:
-        c.es[e, S_PN] = k
+        c.counters[e, Counter.PN] = k

@@ -1,8 +1,10 @@
 """Run a scenario: build its traffic and its cluster's core, run a loop, collect the results.
 
-``simulation.loop`` picks the loop: ``auto`` and ``compiled`` take the compiled loop (every
-scenario runs there), ``simpy`` the reference SimPy loop. Custom executors (a real engine, a
-rescaled cost model) and real time need the SimPy loop. Both give identical results.
+Two front doors. ``simulate`` prices every step with a cost model (the scenario's, or one
+given, rescaled or not) on the loop ``simulation.loop`` picks: ``auto`` and ``compiled`` take
+the compiled loop (every scenario runs there), ``simpy`` the reference SimPy loop; both give
+identical results. ``drive`` runs the steps on executors — a real engine in real time
+(``servesim execute``, validation), or a test's — over the SimPy loop.
 """
 
 from __future__ import annotations
@@ -19,11 +21,12 @@ import simpy
 from sim.core.jit import HAVE_NUMBA
 from sim.core.plan import Executor
 from sim.core.requests import RequestTable
-from sim.core.state import P_NUM_BLOCKS, build_core
+from sim.core.state import Setting, build_core
 from sim.errors import ScenarioError
 from sim.pricing import CostModelExecutor, make_cost_model
 from sim.pricing.costs import add_counts, encode, extrapolation_warnings
 from sim.pricing.profiled import COUNTERS
+from sim.pricing.roofline import engine_of
 from sim.results.metrics import check_request_times, requests_frame, summarize
 from sim.results.steplog import StepLog, engine_rows
 from sim.scenario.schema import Scenario
@@ -53,44 +56,68 @@ def engine_costs(scenario: Scenario) -> list:
     return costs
 
 
-def simulate(scenario: Scenario, *, env: simpy.Environment | None = None,
-             executor_factory: Callable[[int], Executor] | None = None,
-             progress: Callable[[int], None] | None = None, mode: str = "simulate",
-             clock: Callable[[], float] | None = None, workload=None) -> RunResult:
-    """Simulate ``scenario`` (or, given a real-time env, engine executors and its wall
-    ``clock``, execute it). ``executor_factory(e)`` gives engine e's executor."""
+def simulate(scenario: Scenario, *, cost=None, scale: float = 1.0, progress: Callable[[int], None] | None = None,
+             workload=None) -> RunResult:
+    """Simulate ``scenario`` on the loop ``simulation.loop`` picks, every step priced by its
+    replica's cost model (or by ``cost``, one RooflineCost or ProfiledCost for every engine)
+    times ``scale`` (a machine's drift since calibration)."""
     wall = time.perf_counter()
-    workload = workload if workload is not None else build_workload(scenario)
-    table = RequestTable.from_workload(workload)
-    core = build_core(scenario, table)
-    log = StepLog()
-    closed = workload.closed_loop
-    if env is None and executor_factory is None and clock is None and _compiled_loop(scenario):
-        from sim.loops.compiled import run_compiled
-        from sim.loops.events import K_STEPS
+    run = _Run(scenario, workload)
+    costs = engine_costs(scenario) if cost is None else [cost] * run.core.counters.shape[0]
+    if not _compiled_loop(scenario):
+        return _on_simpy(run, [CostModelExecutor(c, scale) for c in costs], simpy.Environment(), None, progress,
+                         "simulate", wall)
+    from sim.loops.compiled import run_compiled
+    from sim.loops.events import K_STEPS
 
-        costs = engine_costs(scenario)
-        with _wrapping():
-            loop = run_compiled(core, encode(costs), closed, log.take, progress)
-        counts = {name: int(n) for name, n in zip(COUNTERS, loop.extrap.sum(axis=0), strict=True) if n}
-        result = collect(scenario, table, workload, log.frame(core), core, time.perf_counter() - wall, mode, counts)
-        result.events, result.loop = int(loop.k[K_STEPS]), "compiled" if HAVE_NUMBA else "interpreted"
-        return result
+    with _wrapping():
+        loop = run_compiled(run.core, encode(costs, scale), run.closed, run.log.take, progress)
+    counts = {name: int(n) for name, n in zip(COUNTERS, loop.extrap.sum(axis=0), strict=True) if n}
+    result = run.collect(time.perf_counter() - wall, "simulate", counts)
+    result.events, result.loop = int(loop.k[K_STEPS]), "compiled" if HAVE_NUMBA else "interpreted"
+    return result
+
+
+def drive(scenario: Scenario, executor_factory: Callable[[int], Executor], *, env: simpy.Environment | None = None,
+          clock: Callable[[], float] | None = None, mode: str = "execute", workload=None) -> RunResult:
+    """Run ``scenario``'s steps on executors (``executor_factory(e)``: engine e's — a real
+    engine, or any Executor) over the SimPy loop; in real time given a real-time ``env`` and its
+    wall ``clock`` (a step then lasts at least what it took)."""
+    wall = time.perf_counter()
+    run = _Run(scenario, workload)
+    executors = [executor_factory(e) for e in range(run.core.counters.shape[0])]
+    return _on_simpy(run, executors, env or simpy.Environment(), clock, None, mode, wall)
+
+
+class _Run:
+    """A run's traffic, request table, core and step log."""
+
+    def __init__(self, scenario: Scenario, workload=None):
+        self.scenario = scenario
+        self.workload = workload if workload is not None else build_workload(scenario)
+        self.table = RequestTable.from_workload(self.workload)
+        self.closed = self.workload.closed_loop
+        self.core = build_core(scenario, self.table, step_overhead_s=engine_of(scenario).step_overhead_s,
+                               closed=self.closed)
+        self.log = StepLog()
+
+    def collect(self, wall_s: float, mode: str, extrapolated: dict[str, int]) -> RunResult:
+        return collect(self.scenario, self.table, self.workload, self.log.frame(self.core), self.core, wall_s, mode,
+                       extrapolated)
+
+
+def _on_simpy(run: _Run, executors: list[Executor], env: simpy.Environment, clock, progress, mode: str,
+              wall: float) -> RunResult:
     from sim.loops.simpy_loop import SimpyCluster
 
-    if executor_factory is None:
-        executors = [CostModelExecutor(cost) for cost in engine_costs(scenario)]
-    else:
-        executors = [executor_factory(e) for e in range(core.es.shape[0])]
-    env = env or simpy.Environment()
-    cluster = SimpyCluster(env, core, table, executors, closed=closed, clock=clock, on_log_full=log.take,
+    cluster = SimpyCluster(env, run.core, run.table, executors, clock=clock, on_log_full=run.log.take,
                            on_arrival=progress)
     with _wrapping():
         env.run()
     counts: dict[str, int] = {}
     for ex in {id(x): x for x in executors}.values():
         add_counts(counts, getattr(ex, "extrapolated", {}))
-    result = collect(scenario, table, workload, log.frame(core), core, time.perf_counter() - wall, mode, counts)
+    result = run.collect(time.perf_counter() - wall, mode, counts)
     result.events = cluster.steps
     return result
 
@@ -119,7 +146,7 @@ def collect(scenario: Scenario, table: RequestTable, workload, steps: pd.DataFra
     priced beyond its measured range, per counter."""
     check_request_times(table)
     requests = requests_frame(table, scenario.slo, workload)
-    steps["kv_utilization"] = kv_utilization(steps, core.ep[:, P_NUM_BLOCKS].astype(float))
+    steps["kv_utilization"] = kv_utilization(steps, core.settings[:, Setting.NUM_BLOCKS].astype(float))
     itl = {"hist": core.itl_hist.copy(), "sum": core.itl_sum.copy(), "classes": table.class_names}
     summary = summarize(requests, steps, num_gpus=scenario.num_gpus, itl=itl, workload=workload)
     warnings = list(getattr(workload, "notes", ()))

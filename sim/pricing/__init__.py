@@ -19,12 +19,10 @@ class CostModelExecutor:
 
     def __init__(self, cost, scale: float = 1.0):
         self.cost = cost
-        self.pricer = Pricer(cost, scale) if hasattr(cost, "params") or hasattr(cost, "profile") else None
+        self.pricer = Pricer(cost, scale)  # a RooflineCost or ProfiledCost, priced as the compiled loop prices
         self.extrapolated: dict[str, int] = {}
 
     def run(self, plan: BatchPlan, table) -> StepResult:
-        if self.pricer is None:  # any object with step_time(StepShape)
-            return StepResult(float(self.cost.step_time(plan.shape())))
         seconds, flags = self.pricer.price(plan.shape_vector()[None, :])
         if flags[0]:
             add_counts(self.extrapolated, counts_of(flags))

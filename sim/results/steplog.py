@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from sim.core.state import G_LOG_N, L_ENGINE, LOG_INT_COLUMNS, LOG_ROWS, Core
+from sim.core.state import LOG_INT_COLUMNS, LOG_ROWS, Core, LogColumn, RunCounter
 
 COLUMNS = {
     "replica": np.int32,
@@ -49,12 +49,12 @@ class StepLog:
         return bufs
 
     def take(self, core: Core) -> None:
-        n = int(core.g[G_LOG_N])
+        n = int(core.run_counters[RunCounter.LOG_N])
         if n:
             chunk = {name: core.log_f[i, :n] for i, name in enumerate(FLOAT_COLUMNS)}
             chunk |= {name: core.log_i[i, :n] for i, name in enumerate(LOG_INT_COLUMNS)}
             sources = [chunk[name] for name in COLUMNS]
-            engine = core.log_i[L_ENGINE, :n]
+            engine = core.log_i[LogColumn.ENGINE, :n]
             first = int(engine[0])
             if bool(np.all(engine == first)):
                 bufs, at = self._room(first, n), self.rows[first]
@@ -70,7 +70,7 @@ class StepLog:
                     for buf, src in zip(bufs, sources, strict=True):
                         np.take(src, rows, out=buf[at:at + b - a], mode="clip")  # "raise" would buffer
                     self.rows[e] = at + b - a
-        core.g[G_LOG_N] = 0
+        core.run_counters[RunCounter.LOG_N] = 0
 
     def frame(self, core: Core) -> pd.DataFrame:
         """Every step, ordered by engine, then start time; hands its memory over."""

@@ -180,9 +180,3 @@ def bin_run(steps: pd.DataFrame, requests: pd.DataFrame, eng: list[Engine], max_
         out.waiting[e.index] = mean_count(arrival[mine], scheduled[mine], edges)
     return out
 
-
-def _bin_max(start: np.ndarray, value: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    out = np.zeros(len(edges) - 1)
-    idx = np.clip(np.searchsorted(edges, start, side="right") - 1, 0, len(out) - 1)
-    np.maximum.at(out, idx, value)
-    return out

@@ -44,6 +44,7 @@ from sim.scenario.specs.gpus import resolution, with_price
 from sim.scenario.specs.drafts import draft_spec
 from sim.scenario.specs.models import DTYPE_BYTES
 from sim.traffic.schema import PositiveInt, Slo, Strict, WorkloadSpec
+from sim.vocab import Policy, Role, RouterPolicy
 
 Fraction = Annotated[float, Field(gt=0, le=1)]
 Gigabytes = Annotated[float, Field(ge=0, le=1e6)]  # a petabyte: beyond, byte counts overflow
@@ -186,7 +187,7 @@ def rate_for_mean_length(mean: float, k: int) -> float:
 
 
 class Scheduler(Strict):
-    policy: Literal["static", "continuous", "chunked-prefill"] = "continuous"
+    policy: Policy = "continuous"
     max_num_seqs: PositiveInt = 256
     max_batched_tokens: PositiveInt = 8192  # tokens in one step (continuous batching)
     chunk_size: PositiveInt = 512  # token budget of one step (chunked prefill)
@@ -255,8 +256,7 @@ class Disaggregation(Strict):
 
 
 class Router(Strict):
-    policy: Literal["round-robin", "least-outstanding", "least-kv", "power-of-two",
-                    "prefix-affinity"] = "round-robin"
+    policy: RouterPolicy = "round-robin"
     # prefix-affinity: the replica with the longest cached prefix wins unless it has more than
     # this many outstanding requests beyond the least loaded replica
     balance_abs: NonNegativeInt = 16
@@ -313,7 +313,7 @@ class ReplicaSpec:
     """One replica, resolved: its role, hardware, scheduler and KV memory."""
 
     index: int
-    role: str  # colocated | prefill | decode
+    role: Role
     hardware: Hardware
     scheduler: Scheduler
     memory: MemoryBudget

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from sim.core.plan import StepShape
-from sim.loops.run import simulate
+from sim.loops.run import drive, simulate
 from sim.pricing import make_cost_model
 from sim.scenario.memory import memory_budget
 from sim.scenario.specs import get_gpu, get_model
@@ -102,18 +102,18 @@ def test_layerwise_overlap_hides_the_transfer_behind_the_prefill():
 
 
 def test_transfer_time_scales_with_tensor_parallel_senders():
-    from sim.core.calls import CoreCalls
     from sim.core.requests import RequestTable
-    from sim.core.state import build_core
+    from sim.core.state import build_core, core_ref
+    from sim.pricing.links import transfer_seconds
 
     def wire(tp: int) -> float:
         s = scenario(disaggregation={"prefill": {"count": 1, "hardware": {"tp": tp}}, "decode": {"count": 1},
                                      "link": {"type": "ethernet"}}, **LONE)
         t = RequestTable(np.zeros(1), np.array([1000]), np.array([5]))
         t.num_computed[0] = 1000
-        calls = CoreCalls(build_core(s, t))
+        core = build_core(s, t)
         t.source[0] = 0  # handed over by the prefill replica's engine
-        return calls.transfer_time(0) - 30e-6
+        return transfer_seconds(core_ref(core), 0) - 30e-6
 
     assert wire(2) == pytest.approx(wire(1) / 2)
 
@@ -183,7 +183,7 @@ def test_swap_preemption_parks_kv_in_host_memory_and_brings_it_back():
             plans.append(plan)
             return inner.run(plan, table)
 
-    r = simulate(s, executor_factory=lambda _: Spy())
+    r = drive(s, lambda _: Spy(), mode="simulate")
     finished_all(r)
     assert r.summary["preemptions"] > 0
     out = sum(p.swap_out_blocks for p in plans)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from sim.core.plan import StepResult
-from sim.loops.run import simulate
+from sim.loops.run import drive, simulate
 from sim.pricing import CostModelExecutor, make_cost_model
 from tests.sim.helpers import scenario
 
@@ -30,7 +30,7 @@ class Recording:
 
 def run_recorded(s):
     rec = Recording(s, s.memory.num_blocks)
-    result = simulate(s, executor_factory=lambda _: rec)
+    result = drive(s, lambda _: rec, mode="simulate")
     return result, rec.plans
 
 
@@ -158,7 +158,7 @@ def test_executor_stop_mask_ends_requests_early():
             gen = table.num_generated[plan.req_ids]
             return StepResult(d, plan.samples & (gen == 2))  # the third token is EOS
 
-    r = simulate(s, executor_factory=lambda _: StopAtThird())
+    r = drive(s, lambda _: StopAtThird(), mode="simulate")
     assert (r.requests["output_tokens"] == 3).all()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from sim.core.plan import StepShape
@@ -196,3 +197,23 @@ def test_the_memo_gives_the_bits_computing_gives(model, tp, draft):
     assert np.array_equal(first[0].view(np.int64), out.view(np.int64))
     assert np.array_equal(first[1].view(np.int64), times.view(np.int64))
     assert (first[0][1:, rf.OP_QKV] > 0).all() and (first[0][:, rf.OP_LM_HEAD] > 0).any()
+
+
+def test_the_shape_has_one_list_of_fields():
+    """StepShape's fields are the one list: the vector's indices, their names for pricing, and
+    every shape written (``write_shape`` takes each field; a decode run's shape is a plan's)."""
+    import inspect
+    from dataclasses import fields
+
+    from sim.core import plan
+
+    assert tuple(f.name for f in fields(plan.StepShape)) == plan.SHAPE_FIELDS
+    for member in plan.Shape:
+        assert getattr(plan, member.name) is member
+    written = list(inspect.signature(getattr(plan.write_shape, "py_func", plan.write_shape)).parameters)[1:]
+    assert len(written) == plan.SHAPE_SIZE
+    decodes = plan.BatchPlan(np.arange(3), np.ones(3, dtype=np.int64), np.array([5, 7, 9]), np.ones(3, dtype=bool),
+                             np.ones(3, dtype=np.int64))
+    decoded = np.zeros(plan.SHAPE_SIZE)
+    plan.decode_shape(decoded, 3, 6 + 8 + 10)  # three decodes over their contexts
+    assert np.array_equal(decodes.shape_vector(), decoded)

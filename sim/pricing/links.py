@@ -1,0 +1,72 @@
+"""What moving data between GPUs costs: a KV cache over the disaggregation link, and a batch's
+activations between a pipeline's stages.
+
+Pipeline parallelism: a replica's ``pp`` stages are shared by its virtual engines. A batch
+holds one stage at a time for its share of the step (the layers are split evenly) plus the
+hand-off of its activations to the next stage; while it moves on, the next micro-batch can
+enter. A stage serves batches in the order they reach it, so when a batch enters the pipe its
+whole way through is known: at each stage it starts when both it and the stage are ready.
+Uneven micro-batches leave stages idle: the bubbles show up as longer steps.
+"""
+
+from __future__ import annotations
+
+from sim.core.jit import entry, jit
+from sim.core.state import Counter, LinkCost, PipeCost, Replica, Setting
+
+
+@jit
+def transfer_time(c, rid):
+    """Seconds to move a request's KV cache: bytes / bandwidth + latency. Each GPU of the
+    prefill replica sends its shard over its own link. With layer-wise overlap the layers leave
+    while later ones are still computed, so only what outlasts the prefill remains (at least
+    the last layer's share)."""
+    r = c.req
+    link = c.link_costs
+    senders = c.settings[r.source[rid], Setting.TP]
+    wire = r.num_computed[rid] * link[LinkCost.KV_BYTES] / (link[LinkCost.BANDWIDTH] * senders)
+    if link[LinkCost.LAYERWISE] != 0.0:
+        wire = max(wire - r.handoff_s[rid], wire / link[LinkCost.LAYERS])
+    return wire + link[LinkCost.LATENCY]
+
+
+@jit
+def pass_through(c, r, now, duration, tokens):
+    """A batch of ``tokens`` tokens whose whole forward takes ``duration`` enters replica
+    ``r``'s pipe at ``now``; returns when it leaves the last stage."""
+    pp = c.replicas[r, Replica.COUNT]
+    overhead = c.pipe_costs[r, PipeCost.OVERHEAD]
+    per_stage = max(duration - overhead, 0.0) / pp
+    pipe = c.pipe_costs[r]
+    send = tokens * pipe[PipeCost.HIDDEN_BYTES] / pipe[PipeCost.LINK] + pipe[PipeCost.LATENCY]
+    t = now
+    for i in range(pp):
+        start = max(t, c.stage_free[r, i])
+        t = start + (per_stage + (overhead if i == 0 else send))
+        c.stage_free[r, i] = t
+    return t
+
+
+@jit
+def pipelined(c, e, now, duration):
+    """How long engine e's planned step, computing for ``duration`` from ``now``, really lasts:
+    longer on a pipelined replica when a stage is busy with another virtual engine."""
+    r = c.settings[e, Setting.REPLICA]
+    if c.replicas[r, Replica.COUNT] == 1:
+        return duration
+    tokens = 0
+    for i in range(c.counters[e, Counter.PN]):
+        tokens += c.p_new[e, i]
+    return pass_through(c, r, now, duration, tokens) - now
+
+
+@entry
+def transfer_seconds(c, rid):
+    """``transfer_time`` for Python callers (the SimPy loop)."""
+    return transfer_time(c, rid)
+
+
+@entry
+def pipelined_seconds(c, e, now, duration):
+    """``pipelined`` for Python callers (the SimPy loop)."""
+    return pipelined(c, e, now, duration)

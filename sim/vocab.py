@@ -1,0 +1,27 @@
+"""The names a scenario chooses among, each list written once: the schema accepts them
+(``Literal``s) and the core's codes are derived from them (a name's code is its place), so a
+name cannot be accepted without a code, nor a code exist without a name
+(tests/sim/test_vocab.py checks that every name also has its branch in the core)."""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+Policy = Literal["static", "continuous", "chunked-prefill"]  # how an engine batches
+RouterPolicy = Literal["round-robin", "least-outstanding", "least-kv", "power-of-two", "prefix-affinity"]
+Role = Literal["colocated", "prefill", "decode"]  # what a replica's engines do (disaggregation)
+
+
+def codes(names) -> dict[str, int]:
+    """Each name of a ``Literal`` and its code: its place in the list."""
+    return {name: code for code, name in enumerate(get_args(names))}
+
+
+def constant(name: str) -> str:
+    """The name of a code's constant in the core: ``chunked-prefill`` → ``CHUNKED_PREFILL``."""
+    return name.upper().replace("-", "_")
+
+
+POLICIES = codes(Policy)
+ROUTERS = codes(RouterPolicy)
+ROLES = codes(Role)
