@@ -7,6 +7,7 @@ profiled cost model. JSON, versioned and validated on load: errors name the file
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Literal
 
@@ -22,6 +23,8 @@ STEP_FEATURES = ("const", "num_tokens", "prefill_attn", "decode_context", "num_s
 # max(memory, compute)); the terms after it add on top.
 FLOOR = "floor"
 ATTN_FEATURES = ("const", "prefill_rows", "prefill_attn", "decode_rows", "decode_context")
+DROP = 0.5  # a table's time may dip with noise, not fall below this share of an earlier one
+CANCEL = 0.5  # a fit's negative terms may take off at most this share of its positive ones
 
 
 class Strict(BaseModel):
@@ -149,8 +152,6 @@ def load_profile(path: str | Path, field: str = "cost.profile") -> Profile:
         err = e.errors()[0]
         loc = ".".join(str(p) for p in err["loc"])
         raise ProfileError(str(path), loc, err["msg"].removeprefix("Value error, ")) from None
-    from sim.pricing.profile_checks import check_fits
-
     check_fits(profile, str(path))
     return profile
 
@@ -160,3 +161,78 @@ def save_profile(profile: Profile, path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(profile.model_dump(mode="json"), indent=1))
     return path
+
+
+# -- what a profile prices with must price a step -------------------------------------------
+# A least-squares fit whose negative coefficients cancel most of a step's time (pricing clamps at
+# 0 s), or whose coefficients are all zero, would make steps nearly free without a word; a table
+# whose times fall steeply as the size grows is not a measurement of one operation.
+def fit_range(fit: LinearFit) -> tuple[float, float, float, float]:
+    """Over the fit's measured ranges (a feature without a range: from 0 to unbounded), the least
+    and the most seconds it gives (a ``floor`` raises the sum so far, as in pricing), and, where it
+    gives the least, what its positive and its negative terms add up to."""
+    lo = hi = pos = neg = 0.0
+    for feature, coef in zip(fit.features, fit.coef, strict=True):
+        if feature == FLOOR:
+            lo, hi = max(lo, coef), max(hi, coef)
+            continue
+        a, b = (1.0, 1.0) if feature == "const" else fit.ranges.get(feature, (0.0, math.inf))
+        ends = (coef * a, coef * b if coef else 0.0)
+        least = min(ends)
+        lo, hi = lo + least, hi + max(ends)
+        pos, neg = (pos + least, neg) if least >= 0 else (pos, neg - least)
+    return lo, hi, pos, neg
+
+
+def _fit_problem(name: str, fit: LinearFit) -> str | None:
+    for feature, coef in zip(fit.features, fit.coef, strict=True):
+        if coef < 0 and feature not in fit.ranges and feature not in ("const", FLOOR):
+            return (f"{name} fit: the coefficient of {feature} is negative ({coef:g}) and the profile records no "
+                    f"measured range for it, so its steps could cost nothing; refit with non-negative coefficients")
+    lo, hi, pos, neg = fit_range(fit)
+    if hi <= 0:
+        return (f"{name} fit: every coefficient is zero or negative ({fit.coef}): a step would take no time; "
+                "the measurements behind it are missing or broken")
+    if neg > CANCEL * pos:
+        negative = ", ".join(f"{f} {c:g}" for f, c in zip(fit.features, fit.coef, strict=True) if c < 0)
+        return (f"{name} fit: negative coefficients ({negative}) make it predict {max(lo, 0):.3g} s within its "
+                f"measured ranges, cancelling {neg / pos if pos else 1:.0%} of the step's time (at most "
+                f"{CANCEL:.0%} is plausible); refit with non-negative coefficients")
+    return None
+
+
+def _table_problem(name: str, table: Table) -> str | None:
+    secs = table.seconds
+    if max(secs) <= 0:
+        return f"{name}: every time is 0 s; the measurements behind it are missing"
+    top, at = secs[0], table.x[0]
+    for x, s in zip(table.x, secs, strict=True):
+        if s < DROP * top:
+            return (f"{name}: the time falls from {top:.3g} s at {at:g} to {s:.3g} s at {x:g}: not monotone in "
+                    "the size; re-measure (a larger step cannot take less than half the time of a smaller one)")
+        if s > top:
+            top, at = s, x
+    return None
+
+
+def check_fits(profile: Profile, path: str, mode: str | None = None) -> None:
+    """Refuse (``ProfileError`` naming the field) a profile whose pricing model, the step fit or
+    the per-operation tables and fits (``mode``; default: the one it prices with), cannot give
+    a positive step time over its measured range."""
+    mode = mode or profile.prefer or ("step" if profile.step is not None else "ops")
+    if mode == "step" and profile.step is not None:
+        why = _fit_problem("step", profile.step)
+        if why:
+            raise ProfileError(path, "step.coef", why)
+        return
+    ops = profile.ops
+    for name in ("linear", "other", "lm_head", "allreduce"):
+        table = getattr(ops, name)
+        why = table and _table_problem(name, table)
+        if why:
+            raise ProfileError(path, f"ops.{name}.seconds", why)
+    for name in ("attn_prefill", "attn_decode"):
+        fit = getattr(ops, name)
+        why = fit and _fit_problem(name, fit)
+        if why:
+            raise ProfileError(path, f"ops.{name}.coef", why)

@@ -40,8 +40,8 @@ from sim.scenario.engines import (
 from sim.scenario.gpu_input import BRANCH_TAGS, GpuField
 from sim.scenario.memory import MemoryBudget, memory_budget
 from sim.scenario.specs import GpuSpec, ModelSpec, get_gpu, get_model, model_from_hf_config
-from sim.scenario.specs.gpus import resolution, with_price
 from sim.scenario.specs.drafts import draft_spec
+from sim.scenario.specs.gpus import resolution, with_price
 from sim.scenario.specs.models import DTYPE_BYTES
 from sim.traffic.schema import PositiveInt, Slo, Strict, WorkloadSpec
 from sim.vocab import Policy, Role, RouterPolicy
