@@ -53,7 +53,6 @@ def cmd_run(args) -> int:
             result = simulate(scenario, progress=cb, workload=workload)
     else:
         result = simulate(scenario, workload=workload)
-    result.warnings[:0] = [w for w in scenario.model_notes if w not in result.warnings]  # what the model leaves out
     return finish_run(result, args.out, args.format, "simulated", workload, args.plotlyjs)
 
 

@@ -149,7 +149,8 @@ def collect(scenario: Scenario, table: RequestTable, workload, steps: pd.DataFra
     steps["kv_utilization"] = kv_utilization(steps, core.settings[:, Setting.NUM_BLOCKS].astype(float))
     itl = {"hist": core.itl_hist.copy(), "sum": core.itl_sum.copy(), "classes": table.class_names}
     summary = summarize(requests, steps, num_gpus=scenario.num_gpus, itl=itl, workload=workload)
-    warnings = list(getattr(workload, "notes", ()))
+    warnings = list(scenario.model_notes)  # what the model's description leaves out or over-counts
+    warnings += getattr(workload, "notes", ())
     warnings += extrapolation_warnings(extrapolated or {})
     rejected = requests[requests["status"] == "rejected"]
     if len(rejected):

@@ -129,9 +129,9 @@ class _WithLoop:
 def drive(scenario, executor):
     """``servesim execute``'s serving loop on virtual time: each step lasts what the stand-in
     engine and the loop around it take."""
-    from sim.loops.run import simulate
+    from sim.loops.run import drive as drive_loop
 
-    return simulate(scenario, executor_factory=lambda _e: _WithLoop(executor), mode="execute")
+    return drive_loop(scenario, lambda _e: _WithLoop(executor), mode="execute")
 
 
 def target():
