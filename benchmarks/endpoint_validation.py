@@ -87,7 +87,7 @@ def pin_client(cpu: int | None) -> list[int] | None:
 
 
 def scenario(name: str, fragment: dict, workload: dict, base: Path, prefix_caching: bool = False):
-    from sim.scenario.schema import scenario_from_dict
+    from sim.scenario.load import scenario_from_dict
 
     data = json.loads(json.dumps(fragment))
     data["scheduler"]["prefix_caching"] = prefix_caching

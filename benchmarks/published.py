@@ -213,7 +213,7 @@ def predict(case: Case, runs: dict | None = None) -> float:
     the simulations of one evaluation: cases of one setup (a source's TTFT, ITL and throughput
     of the same run) share theirs."""
     from sim.loops.run import simulate
-    from sim.scenario.schema import scenario_from_dict
+    from sim.scenario.load import scenario_from_dict
 
     data = scenario_dict(case)
     key = json.dumps({k: v for k, v in data.items() if k != "name"}, sort_keys=True)

@@ -37,7 +37,7 @@ COMMITTED = REPO / "benchmarks" / "results" / "engine-cpu-validation"
 
 
 def scenario(model: str, policy: str, load: str, requests: int, seed: int):
-    from sim.scenario.schema import scenario_from_dict
+    from sim.scenario.load import scenario_from_dict
 
     data = {"name": f"{policy}-{load}", "seed": seed, "model": model,
             "scheduler": POLICIES[policy],

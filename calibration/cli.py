@@ -29,7 +29,7 @@ def cmd_validate(args) -> int:
     from calibration.compare import parse_bounds
     from sim.errors import ProfileError
     from sim.inputs import check_file
-    from sim.scenario.schema import load_scenario
+    from sim.scenario.load import load_scenario
 
     bounds = parse_bounds(args.max_error)
     positive("--repeats", args.repeats)

@@ -31,7 +31,7 @@ class _Recorder:
 
 
 def _scenario(model, grid: Grid, executor, policy: str, n: int):
-    from sim.scenario.schema import scenario_from_dict
+    from sim.scenario.load import scenario_from_dict
 
     longest = max(16, min(grid.max_tokens, 256))
     data = {

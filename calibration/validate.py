@@ -19,7 +19,8 @@ from sim.errors import InputError, ProfileError
 from sim.loops.run import RunResult, simulate
 from sim.pricing.profile import Profile, load_profile
 from sim.results.jsonsafe import json_safe as _clean
-from sim.scenario.schema import Scenario, apply_overrides, scenario_from_dict
+from sim.scenario.load import apply_overrides, scenario_from_dict
+from sim.scenario.schema import Scenario
 
 
 @dataclass

@@ -238,7 +238,7 @@ def _kv_blocks(cache: dict) -> int | None:
 
 def _profile(s: Settings, ident: dict, f: fitting.Fit, budget: int, max_seqs: int, kv_blocks: int | None,
              block: int, data: ProbeData, speed: dict) -> Profile:
-    from sim.scenario.schema import scenario_from_dict
+    from sim.scenario.load import scenario_from_dict
 
     spec = scenario_from_dict({"model": s.sim_model}, "--sim-model").model_spec
     shape = {"num_layers": spec.num_layers, "hidden_size": spec.hidden_size, "num_heads": spec.num_heads,
@@ -291,7 +291,7 @@ def simulate_saturation(profile_path: Path, fragment: dict, sat: dict, base_dir:
     """The closed loop ``sat`` describes (concurrency, requests, prompt, output, measured rate),
     simulated with the profile."""
     from endpoint.simulate import simulate_measured
-    from sim.scenario.schema import scenario_from_dict
+    from sim.scenario.load import scenario_from_dict
     from sim.traffic import build_workload
 
     n = int(sat["requests"])

@@ -45,7 +45,7 @@ def cmd_loadgen(args) -> int:
     from endpoint.records import itl_frame, requests_frame, write_run
     from endpoint.server_metrics import identity
     from sim.cli.console import console
-    from sim.scenario.schema import load_scenario
+    from sim.scenario.load import load_scenario
 
     timeout, time_limit = limits(args)
     url = check_url(args.endpoint)

@@ -98,7 +98,7 @@ def _cost_of(folder: Path):
     import yaml
 
     from sim.pricing import make_cost_model
-    from sim.scenario.schema import scenario_from_dict
+    from sim.scenario.load import scenario_from_dict
 
     frag = yaml.safe_load((folder / "profile.scenario.yaml").read_text())
     frag["cost"]["profile"] = str((folder / "profile.json").resolve())

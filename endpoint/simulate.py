@@ -21,7 +21,8 @@ import numpy as np
 from sim.loops.run import RunResult, simulate
 from sim.pricing.profile import Profile, load_profile, save_profile
 from sim.results.metrics import slo_limits, slo_met, summarize
-from sim.scenario.schema import Scenario, apply_overrides, scenario_from_dict
+from sim.scenario.load import apply_overrides, scenario_from_dict
+from sim.scenario.schema import Scenario
 from sim.traffic import Workload
 
 

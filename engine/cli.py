@@ -40,7 +40,7 @@ def cmd_execute(args) -> int:
     from engine.execute import execute
     from sim.cli.console import finish_run
     from sim.results.write import check_results_dir
-    from sim.scenario.schema import load_scenario
+    from sim.scenario.load import load_scenario
 
     scenario = load_scenario(args.scenario, args.set)
     check_results_dir(args.out, args.format)  # before anything runs: results are never lost

@@ -18,7 +18,8 @@ import torch
 from engine.executor import EngineExecutor
 from sim.errors import ScenarioError
 from sim.loops.run import RunResult, drive
-from sim.scenario.schema import Scenario, apply_overrides, scenario_from_dict
+from sim.scenario.load import apply_overrides, scenario_from_dict
+from sim.scenario.schema import Scenario
 
 CPU_KV_BYTES = 256 * 1024**2
 

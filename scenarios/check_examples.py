@@ -29,7 +29,7 @@ if str(ROOT) not in sys.path:
 
 from sim.errors import TraceError  # noqa: E402
 from sim.loops.run import simulate  # noqa: E402
-from sim.scenario.schema import load_scenario  # noqa: E402
+from sim.scenario.load import load_scenario  # noqa: E402
 
 SCENARIOS = ROOT / "scenarios"
 STUDIES = SCENARIOS / "studies"

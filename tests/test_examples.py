@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from sim.results.describe import has_slo
-from sim.scenario.schema import load_scenario
+from sim.scenario.load import load_scenario
 from tests.conftest import REPO
 
 

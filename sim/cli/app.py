@@ -18,7 +18,7 @@ from sim.vocab import POLICIES
 def cmd_run(args) -> int:
     from sim.cli import prebuild
     from sim.results.write import check_results_dir
-    from sim.scenario.schema import load_scenario
+    from sim.scenario.load import load_scenario
     from sim.traffic import build_workload
 
     scenario = load_scenario(args.scenario, args.set)

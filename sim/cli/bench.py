@@ -76,7 +76,7 @@ def default_overrides(requests: int, replicas: int = 1, policy: str = "continuou
 
 def scenario_overrides(path: Path, requests: int, loop: str) -> list[str]:
     """Run ``path`` with ``requests`` requests where it generates its traffic (a trace runs as shipped)."""
-    from sim.scenario.schema import load_scenario
+    from sim.scenario.load import load_scenario
 
     w = load_scenario(path).workload
     streams = w.classes if w.classes is not None else (w,)
@@ -91,7 +91,7 @@ def _one(path: str | None, overrides: list[str], name: str, queue) -> None:
         quiet()  # as servesim run starts (sim/cli/startup.py)
         from sim.loops.run import simulate
         from sim.results.write import write_results
-        from sim.scenario.schema import load_scenario
+        from sim.scenario.load import load_scenario
 
         imported = time.perf_counter()
         scenario = load_scenario(path, overrides)
@@ -172,7 +172,7 @@ def run_bench(args) -> int:
         extra |= startup_s()
     paths = None if args.scenarios is None else [Path(p) for p in args.scenarios] or sorted(SCENARIOS.glob("*.yaml"))
     if args.set:  # a bad override is the user's error (exit 2), not a run to skip
-        from sim.scenario.schema import load_scenario
+        from sim.scenario.load import load_scenario
 
         load_scenario(None if not paths else paths[0], args.set)
     if paths is not None:

@@ -86,7 +86,7 @@ def build() -> None:
     import tempfile
 
     from sim.loops.run import simulate
-    from sim.scenario.schema import load_scenario
+    from sim.scenario.load import load_scenario
 
     small = ["workload.num_requests=40", "workload.arrival.rate=20"]
     profile = _ROOT / "calibration" / "profiles"

@@ -16,7 +16,8 @@ from sim.results.atomic import Staging
 from sim.results.metrics import ms_keys
 from sim.results.plotstyle import base_layout, color_map, log_axis, wide
 from sim.results.report import figure_html, latency_cdfs, page
-from sim.scenario.schema import Scenario, scenario_from_dict
+from sim.scenario.load import scenario_from_dict
+from sim.scenario.schema import Scenario
 from sim.study.columns import cell, heading
 from sim.study.figures import better
 from sim.study.overrides import apply

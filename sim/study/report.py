@@ -180,7 +180,7 @@ def _answer_html(run: StudyRun) -> str:
 def base_rows(run: StudyRun) -> list[tuple[str, str]]:
     """What the study simulates, from its first configuration: model, traffic, SLO, what varies."""
     from sim.results.describe import has_slo, model_text, slo_text, traffic_text
-    from sim.scenario.schema import scenario_from_dict
+    from sim.scenario.load import scenario_from_dict
 
     plan = run.plan
     obj = plan.study.objective

@@ -14,7 +14,7 @@ def execute_run(spec: RunSpec) -> dict:
     wall = time.perf_counter()
     try:
         from sim.loops.run import simulate
-        from sim.scenario.schema import scenario_from_dict
+        from sim.scenario.load import scenario_from_dict
 
         scenario = scenario_from_dict(spec.data, spec.source, spec.base_dir)
         result = simulate(scenario)

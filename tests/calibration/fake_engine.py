@@ -151,7 +151,7 @@ class FakeEngineRuns:
         self.executor = FakeExecutor()
 
     def prepare(self, scenario, source: str):
-        from sim.scenario.schema import apply_overrides, scenario_from_dict
+        from sim.scenario.load import apply_overrides, scenario_from_dict
 
         data = scenario.model_dump(mode="json", exclude={"base_dir"})
         data = apply_overrides(data, [f"hardware.kv_blocks={self.executor.num_blocks}"], source)

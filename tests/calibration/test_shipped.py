@@ -11,7 +11,7 @@ from sim.pricing import make_cost_model
 from sim.pricing.profile import load_profile
 from sim.pricing.profiled import ProfiledCost
 from sim.pricing.roofline import RooflineCost
-from sim.scenario.schema import load_scenario
+from sim.scenario.load import load_scenario
 from tests.conftest import REPO
 
 PROFILES = sorted((REPO / "calibration" / "profiles").glob("*.json"))

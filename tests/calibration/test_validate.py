@@ -87,7 +87,7 @@ def test_a_second_engine_run_starts_from_an_empty_engine(quick_profile, tmp_path
     requests (freed only by a plan that never comes) must not be there for the second."""
     from calibration.validate import validate
     from engine.execute import EngineSetup
-    from sim.scenario.schema import load_scenario
+    from sim.scenario.load import load_scenario
 
     s = write_scenario(tmp_path / "r.yaml", requests=6, rate=8.0)
     v = validate(load_scenario(s), quick_profile, EngineSetup(device="cpu", threads=1), "r", repeats=2)

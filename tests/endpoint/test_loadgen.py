@@ -8,7 +8,7 @@ import pytest
 from endpoint.loadgen import Options, Request, run
 from endpoint.records import bench_metrics, itl_frame, requests_frame, write_run
 from sim.loops.run import simulate
-from sim.scenario.schema import scenario_from_dict
+from sim.scenario.load import scenario_from_dict
 from tests.endpoint.fake_server import Cost, FakeServer
 from tests.endpoint.virtual_time import run_on_fake
 

@@ -4,7 +4,7 @@ import numpy as np
 
 from endpoint.simulate import simulate_measured
 from sim.pricing.profile import Device, LinearFit, Ops, Profile, Table, save_profile
-from sim.scenario.schema import scenario_from_dict
+from sim.scenario.load import scenario_from_dict
 from sim.traffic import build_workload
 
 

@@ -8,7 +8,7 @@ import pytest
 from endpoint.records import itl_frame, requests_frame
 from endpoint.validate import MeasuredRun, compare
 from sim.pricing.profile import Device, LinearFit, Ops, Profile, Table, save_profile
-from sim.scenario.schema import scenario_from_dict
+from sim.scenario.load import scenario_from_dict
 from sim.traffic import build_workload
 from tests.endpoint.fake_server import Cost
 from tests.endpoint.virtual_time import run_on_fake

@@ -69,7 +69,7 @@ def test_execute_refuses_what_the_engine_cannot_run(tmp_path, scenario_file, cap
 
 def test_prepare_sizes_graphs_and_warmup_from_the_scheduler(scenario_file, capsys):
     from engine.execute import EngineSetup, prepare
-    from sim.scenario.schema import load_scenario
+    from sim.scenario.load import load_scenario
 
     scenario = load_scenario(str(scenario_file), [])
     _, ex = prepare(scenario, EngineSetup(graphs="pad"))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sim.scenario.schema import scenario_from_dict
+from sim.scenario.load import scenario_from_dict
 
 
 def scenario(**fields):

@@ -166,7 +166,7 @@ def test_a_yaml_number_in_exponent_form_is_a_number(tmp_path, capsys):
     # PyYAML reads "1e3" as text (YAML 1.1); a strict schema would then refuse it
     path = write(tmp_path, "workload: {num_requests: 5, arrival: {process: poisson, rate: 1e3}}\n"
                            "cost: {step_overhead_s: 2e-3}\n")
-    from sim.scenario.schema import load_scenario
+    from sim.scenario.load import load_scenario
 
     s = load_scenario(path)
     assert s.workload.arrival.rate == 1000.0 and s.cost.step_overhead_s == 0.002
@@ -245,7 +245,7 @@ def test_mooncake_hash_ids_must_cover_the_prompt(tmp_path, capsys, ids, fragment
     # at the block size the trace was written with, the same line is fine
     path = write(tmp_path, "workload: {trace: {path: m.jsonl, format: mooncake, "
                            f"hash_block_size: {-(-1100 // len(ids))}}}}}\n")
-    from sim.scenario.schema import load_scenario
+    from sim.scenario.load import load_scenario
     from sim.traffic import build_workload
 
     assert len(build_workload(load_scenario(path))) == 1

@@ -16,7 +16,7 @@ import pytest
 from sim.cli import prebuild as build
 from sim.core import buildcache
 from sim.loops.run import simulate
-from sim.scenario.schema import load_scenario
+from sim.scenario.load import load_scenario
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -72,7 +72,7 @@ def test_a_ready_build_or_a_large_run_or_an_explicit_loop_compiles_in_the_foregr
 def test_the_core_as_python_gives_the_compiled_results(tmp_path, name):
     path = REPO / "scenarios" / f"{name}.yaml"
     sets = ["workload.num_requests=150"] if name != "multi-class" else ["workload.duration_s=20"]
-    code = ("import sys, pickle; from sim.loops.run import simulate; from sim.scenario.schema import load_scenario;"
+    code = ("import sys, pickle; from sim.loops.run import simulate; from sim.scenario.load import load_scenario;"
             "r = simulate(load_scenario(sys.argv[1], sys.argv[2:])); assert r.loop == 'interpreted', r.loop;"
             "pickle.dump((r.requests, r.steps, r.summary), open(sys.argv[0] + '.pkl', 'wb'))")
     script = tmp_path / "run.py"

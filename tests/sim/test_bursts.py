@@ -12,7 +12,7 @@ from sim.loops.run import simulate
 from sim.results.metrics import summarize
 from sim.results.queue import binned, mean_between, merged, queue_series, recovery
 from sim.results.summary_view import summary_blocks
-from sim.scenario.schema import load_scenario
+from sim.scenario.load import load_scenario
 from tests.conftest import REPO
 
 

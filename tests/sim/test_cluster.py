@@ -47,7 +47,7 @@ def test_load_aware_routers_favour_the_faster_replica(router):
 def test_least_kv_counts_the_blocks_queued_prompts_will_take():
     """A burst must not herd onto the replica whose KV share is lowest only because no step has
     admitted what was just routed there: least-kv's tail TTFT stays near round-robin's."""
-    from sim.scenario.schema import load_scenario
+    from sim.scenario.load import load_scenario
 
     burst = ["workload.arrival.cv=3", "hardware.memory_utilization=0.9", "workload.arrival.rate=40",
              "workload.output_len.mean=250", "workload.output_len.sigma=0.8", "workload.output_len.max=1024",

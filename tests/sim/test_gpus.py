@@ -147,7 +147,7 @@ def test_overriding_a_catalog_field_changes_only_that_field():
 
 
 def test_set_changes_one_field_of_the_scenarios_catalog_gpu():
-    from sim.scenario.schema import load_scenario
+    from sim.scenario.load import load_scenario
 
     s = load_scenario(None, ["hardware.gpu=H200", "hardware.gpu.hbm_tb_s=6", "hardware.gpu.link.domain=4"])
     assert s.gpu_spec.hbm_bandwidth == 6e12 and s.gpu_spec.link_domain == 4

@@ -11,8 +11,8 @@ import pytest
 
 from sim.cli.app import main
 from sim.errors import ModelConfigError
+from sim.scenario.load import load_scenario
 from sim.scenario.memory import memory_budget
-from sim.scenario.schema import load_scenario
 from sim.scenario.specs import MODEL_CATALOG, get_gpu, get_model, model_from_hf_config
 from sim.scenario.specs.catalog import config_names
 

@@ -150,7 +150,7 @@ def test_duration_and_num_requests_the_first_reached_ends_arrivals():
 
 
 def scenario_from(workload: dict):
-    from sim.scenario.schema import scenario_from_dict
+    from sim.scenario.load import scenario_from_dict
 
     return scenario_from_dict({"name": "t", "workload": workload}, "<test>")
 

@@ -13,7 +13,7 @@ import pytest
     ("scenarios/quickstart.yaml", ["workload.arrival.rate=3"], "quickstart"),
 ])
 def test_the_scenario_name_follows_set_model(path, sets, name):
-    from sim.scenario.schema import load_scenario
+    from sim.scenario.load import load_scenario
     from tests.conftest import REPO
 
     assert load_scenario(None if path is None else REPO / path, sets).name == name

@@ -8,7 +8,7 @@ import pytest
 
 from sim.errors import TraceError
 from sim.loops.run import simulate
-from sim.scenario.schema import load_scenario
+from sim.scenario.load import load_scenario
 from tests.conftest import AZURE_TRACE, REPO
 
 SCENARIOS = sorted((REPO / "scenarios").glob("*.yaml"))

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from sim.errors import InputError
-from sim.scenario.schema import Scenario, apply_overrides, scenario_from_dict
+from sim.scenario.load import apply_overrides, scenario_from_dict
+from sim.scenario.schema import Scenario
 from sim.traffic import build_workload
 
 SOURCE = "fuzz.yaml"
@@ -175,7 +176,7 @@ def test_the_fuzz_bases_are_valid(tmp_path, base):
 @given(text=st.text(max_size=200) | values.map(lambda v: __import__("yaml").safe_dump(v)),
        raw=st.binary(max_size=40))
 def test_any_file_content_loads_or_names_the_file(tmp_path, text, raw):
-    from sim.scenario.schema import load_scenario
+    from sim.scenario.load import load_scenario
 
     path = tmp_path / SOURCE
     for content in (text.encode("utf-8", "surrogatepass"), raw):

@@ -9,7 +9,8 @@ import pytest
 from sim.core.plan import StepShape
 from sim.errors import ScenarioError
 from sim.pricing import roofline_for
-from sim.scenario.schema import load_scenario, rate_for_mean_length
+from sim.scenario.load import load_scenario
+from sim.scenario.schema import rate_for_mean_length
 
 BASE = ["model=deepseek-v3", "hardware.gpu=H200", "hardware.tp=8", "workload.num_requests=5"]
 

@@ -7,7 +7,7 @@ import pandas as pd
 
 from sim.loops.run import kv_utilization, simulate
 from sim.results.steplog import engine_rows
-from sim.scenario.schema import load_scenario, scenario_from_dict
+from sim.scenario.load import load_scenario, scenario_from_dict
 
 
 def test_grouped_engines_are_slices_and_others_are_sorted_first():

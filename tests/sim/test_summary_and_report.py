@@ -16,7 +16,7 @@ from sim.results import timeline as tl
 from sim.results.plotstyle import color_map, log_ticks
 from sim.results.report import timeline
 from sim.results.summary_view import summary_blocks
-from sim.scenario.schema import load_scenario, scenario_from_dict
+from sim.scenario.load import load_scenario, scenario_from_dict
 from tests.conftest import REPO
 
 SMALL = {"name": "small", "model": "llama-3-8b", "workload": {

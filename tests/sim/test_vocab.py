@@ -49,7 +49,7 @@ def test_the_schema_and_the_report_use_the_same_names():
 
 def test_a_name_outside_the_vocabulary_is_refused_by_name():
     from sim.errors import InputError
-    from sim.scenario.schema import load_scenario
+    from sim.scenario.load import load_scenario
 
     with pytest.raises(InputError, match=r"scheduler\.policy"):
         load_scenario(None, ["scheduler.policy=greedy"])

@@ -97,7 +97,7 @@ def test_azure_conversation_trace(azure_trace):
 
 
 def test_rate_scale_compresses_every_class():
-    from sim.scenario.schema import load_scenario
+    from sim.scenario.load import load_scenario
     from tests.conftest import REPO
 
     path = REPO / "scenarios" / "multi-class.yaml"

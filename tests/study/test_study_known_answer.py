@@ -13,7 +13,7 @@ import copy
 import pytest
 
 from sim.loops.run import simulate
-from sim.scenario.schema import scenario_from_dict
+from sim.scenario.load import scenario_from_dict
 from sim.study.driver import execute_plan
 from sim.study.plan import plan_study
 from sim.study.runners import SerialRunner

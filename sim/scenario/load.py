@@ -1,0 +1,224 @@
+"""Reading a scenario: YAML (or the embedded default), ``--set`` overrides, validation against
+the schema (``sim/scenario/schema.py``) and the checks that need the specs and files. Errors
+name the file, the field path and what was expected.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Any, get_args
+
+from pydantic import BaseModel, ValidationError
+
+from sim.errors import InputError, ScenarioError
+from sim.inputs import check_file, load_yaml_mapping, parse_value, parse_yaml, validation_message
+from sim.scenario.gpu_input import BRANCH_TAGS
+from sim.scenario.schema import ReplicaSpec, Scenario
+
+DEFAULT_SCENARIO = "default.yaml"
+LOADER_FIELDS = ("base_dir", "source")  # Scenario fields the loader sets, not the file
+
+
+def _set_path(data: dict, dotted: str, value: Any, source: str) -> None:
+    """Set ``a.b.c`` in nested mappings; a number indexes a list (``workload.classes.1.priority``)."""
+    keys = dotted.split(".")
+    node: Any = data
+    for i, key in enumerate(keys):
+        here = ".".join(keys[: i + 1])
+        last = i == len(keys) - 1
+        if isinstance(node, list):
+            if not key.isdigit() or int(key) >= len(node):
+                raise ScenarioError(source, here, f"expected an index below {len(node)} into the list")
+            if last:
+                node[int(key)] = value
+                return
+            node = node[int(key)]
+            continue
+        if not isinstance(node, dict):
+            raise ScenarioError(source, ".".join(keys[:i]), f"is a {type(node).__name__}, cannot set {dotted}")
+        if last:
+            node[key] = value
+            return
+        child = node.get(key)
+        if child is None or (isinstance(child, str) and key == "model"):
+            child = node[key] = {}
+        elif isinstance(child, str) and key == "gpu":  # a field of a catalog GPU: that GPU, changed
+            child = node[key] = {"base": child}
+        node = child
+
+
+def apply_overrides(data: dict, overrides: list[str], source: str) -> dict:
+    """Apply ``field.path=value`` overrides; values are parsed as YAML (``8``, ``true``, ``[1,2]``)."""
+    for item in overrides:
+        if "=" not in item:
+            raise ScenarioError("--set", item, "expected field.path=value")
+        dotted, raw = item.split("=", 1)
+        dotted = dotted.strip()
+        if not dotted or not all(dotted.split(".")):
+            raise ScenarioError("--set", item, "expected field.path=value, e.g. scheduler.policy=static")
+        value = parse_value(raw, f"{source} (--set)", ScenarioError, dotted)
+        _set_path(data, dotted, value, f"{source} (--set)")
+    return data
+
+
+def _union_fields(model: type[BaseModel], seen: set | None = None) -> set[str]:
+    """Names of the schema's fields whose type is a union (pydantic puts the chosen branch's
+    tag right after them in error locations; users never wrote that tag)."""
+    seen = set() if seen is None else seen
+    names: set[str] = set()
+    if model in seen:
+        return names
+    seen.add(model)
+    for name, info in model.model_fields.items():
+        ann = info.annotation
+        args = [a for a in get_args(ann) if a is not type(None)]
+        while len(args) == 1 and get_args(args[0]):
+            args = [a for a in get_args(args[0]) if a is not type(None)]
+        if len(args) > 1 and any(isinstance(a, type) and issubclass(a, BaseModel) for a in args):
+            names.add(name)
+        for a in [ann, *args, *(x for arg in args for x in get_args(arg))]:
+            if isinstance(a, type) and issubclass(a, BaseModel):
+                names |= _union_fields(a, seen)
+    return names
+
+
+def _format_loc(loc: tuple) -> str:
+    parts: list[str] = []
+    unions = _union_fields(Scenario)
+    previous = None
+    for p in loc:
+        if isinstance(p, int):
+            parts.append(f"[{p}]")
+        elif (previous in unions and previous != p) or str(p).startswith("function-") or p in BRANCH_TAGS:
+            previous = None
+            continue  # a union's branch tag
+        else:
+            parts.append(("." if parts else "") + str(p))
+        previous = p
+    return "".join(parts) or "(top level)"
+
+
+def scenario_from_dict(data: Any, source: str, base_dir: str | Path = ".") -> Scenario:
+    if not isinstance(data, dict):
+        raise ScenarioError(source, None, f"expected a mapping of fields, got {type(data).__name__}")
+    for key in LOADER_FIELDS:
+        if key in data:
+            raise ScenarioError(source, str(key), "unknown field")
+    try:
+        scenario = Scenario.model_validate({**data, "base_dir": str(base_dir), "source": source})
+    except ValidationError as e:
+        err = e.errors()[0]
+        msg = validation_message(err)
+        more = f" (and {len(e.errors()) - 1} more problems)" if len(e.errors()) > 1 else ""
+        raise ScenarioError(source, _format_loc(err["loc"]), msg + more) from None
+    check_feasible(scenario, source)
+    return scenario
+
+
+def check_feasible(s: Scenario, source: str) -> None:
+    """Cross-field checks that need the specs and files: does the model's config read, does
+    the model fit on every replica at all, is the cost profile a file?"""
+    try:
+        spec = s.model_spec
+    except InputError as e:  # names the config file and its field
+        raise type(e)(e.source, e.field, f"{e.message} (model.hf_config of {source})") from None
+    if s.cost.model == "profile":
+        from sim.errors import ProfileError
+
+        check_file(s.resolve(s.cost.profile), "cost.profile", ProfileError, "profile file")
+    if s.scheduler.speculative and s.scheduler.speculative.method == "mtp" and not spec.mtp_layers:
+        raise ScenarioError(source, "scheduler.speculative.method",
+                            f"mtp needs a model with next-n prediction layers; {spec.name} has none")
+    if s.scheduler.speculative and s.scheduler.speculative.draft_model == spec.name:
+        raise ScenarioError(source, "scheduler.speculative.draft_model",
+                            "must be a smaller model than the target")
+    gib = 1024**3
+    for r in s.replica_specs:
+        hw, mem = r.hardware, r.memory
+        field = _group_field(s, r, "hardware")
+        per_block = mem.kv_bytes_per_token * mem.block_size
+        if mem.num_blocks < 1 and mem.fixed_blocks is None and 0 < mem.kv_bytes < per_block:
+            raise ScenarioError(
+                source, f"{_group_field(s, r, 'scheduler')}.block_size",
+                f"one KV block of {mem.block_size} tokens takes {per_block / gib:.1f} GiB per GPU, "
+                f"more than the {mem.kv_bytes / gib:.1f} GiB left for the KV cache; expected a "
+                "smaller block_size")
+        if mem.num_blocks < 1:
+            raise ScenarioError(
+                source, field,
+                f"{spec.name} does not fit on {hw.gpu_name} with tp={hw.tp}, pp={hw.pp}: weights "
+                f"{mem.weight_bytes / gib:.1f} GiB + activations {mem.activation_bytes / gib:.1f} GiB "
+                f"per GPU exceed the usable {mem.usable_bytes / gib:.1f} GiB; expected more GPUs "
+                "(tp/pp) or a larger GPU")
+        if reason := r.gpu.tp_refusal(hw.tp):
+            raise ScenarioError(source, f"{field}.tp", reason)
+        if spec.num_heads % hw.tp or (spec.num_kv_heads % hw.tp and hw.tp % spec.num_kv_heads):
+            raise ScenarioError(source, f"{field}.tp",
+                                f"must divide the model's {spec.num_heads} attention heads "
+                                f"({spec.num_kv_heads} KV heads)")
+        if spec.num_layers < hw.pp:
+            raise ScenarioError(source, f"{field}.pp", f"exceeds the model's {spec.num_layers} layers")
+        if hw.expert_parallel and spec.num_experts % hw.tp:
+            raise ScenarioError(source, f"{field}.expert_parallel",
+                                f"needs tp to divide the model's {spec.num_experts} experts "
+                                f"({'a dense model' if not spec.is_moe else ''})".replace(" ()", ""))
+
+
+def _group_field(s: Scenario, r: ReplicaSpec, part: str) -> str:
+    """Where replica ``r``'s ``part`` (hardware or scheduler) is set in the scenario."""
+    if s.disaggregation is not None:
+        g = getattr(s.disaggregation, r.role)
+        return f"disaggregation.{r.role}.{part}" if getattr(g, part) else part
+    if s.replica_groups is not None:
+        i, seen = 0, 0
+        for i, g in enumerate(s.replica_groups):  # noqa: B007
+            seen += g.count
+            if r.index < seen:
+                break
+        return f"replica_groups[{i}].{part}" if getattr(s.replica_groups[i], part) else part
+    return part
+
+
+def load_scenario(path: str | Path | None = None, overrides: list[str] | None = None) -> Scenario:
+    """Read a scenario file (or the embedded default when ``path`` is None) and validate it."""
+    if path is None:
+        source = f"<default scenario {DEFAULT_SCENARIO}>"
+        text = resources.files("sim.scenario.data").joinpath(DEFAULT_SCENARIO).read_text()
+        data = parse_yaml(text, source, ScenarioError)
+        base_dir: Path = Path.cwd()
+    else:
+        path = Path(path)
+        source = str(path)
+        data = read_scenario_file(path)
+        base_dir = path.parent
+    if overrides:
+        before = data.get("model", "llama-3-8b")
+        data = apply_overrides(data, overrides, source)
+        if not any(o.split("=", 1)[0].strip() == "name" for o in overrides):
+            data = _name_follows_model(data, before)
+    return scenario_from_dict(data, source, base_dir)
+
+
+def _name_follows_model(data: dict, before) -> dict:
+    """After ``--set model=X`` (and no ``--set name=``) the scenario's name says X: the old
+    model's name in it (``llama-3-8b`` or ``llama3-8b``) replaced, else ``-X`` appended."""
+    after, name = data.get("model"), data.get("name")
+    if not isinstance(after, str) or not isinstance(before, str) or after == before or not isinstance(name, str):
+        return data
+    spellings = {before, before.replace("-", "")} | {
+        before[:i] + before[i + 1:] for i, ch in enumerate(before) if ch == "-"}
+    for old in sorted(spellings, key=len, reverse=True):
+        at = name.lower().find(old.lower())
+        if at >= 0:
+            return {**data, "name": name[:at] + after + name[at + len(old):]}
+    return {**data, "name": f"{name}-{after}"}
+
+
+def read_scenario_file(path: str | Path) -> dict:
+    """A scenario file's mapping of fields (not yet validated)."""
+    data = load_yaml_mapping(path, ScenarioError, "scenario file")
+    if {"scenario", "objective"} <= data.keys():
+        raise ScenarioError(str(path), None, "this is a study file (it has scenario and objective), "
+                            "not a scenario; run it with servesim study")
+    return data
