@@ -43,7 +43,8 @@ def test_a_first_small_run_runs_as_python_and_starts_the_build(tmp_path):
         assert p.returncode == 0, p.stderr
         assert "first run of this version of the core" in p.stdout
         assert json.loads((out / "summary.json").read_text())["loop"] == "interpreted"
-        assert list((tmp_path / "numba").glob("*.building")), "no background build was started"
+        cache = tmp_path / "numba"  # building, or (a quick build on an idle machine) already built
+        assert list(cache.glob("*.building")) or list(cache.glob("*.ready")), "no background build was started"
     finally:
         _stop_builder(tmp_path / "numba")
     compiled = simulate(load_scenario(None, ["workload.num_requests=300"]))
