@@ -60,8 +60,9 @@ def react(c, now):
     request's user sends the next after thinking it over (closed loop); a prefilled request
     goes to a decode replica; a reserved KV cache starts its transfer; one the decode pool can
     never hold frees its prefill replica's copy."""
+    out = c.out
     for i in range(c.run_counters[RunCounter.OUT_N]):
-        rid, kind = c.out[i] >> 3, c.out[i] & 7
+        rid, kind = out[i] >> 3, out[i] & 7
         if kind == DONE:
             if c.run_counters[RunCounter.USERS] > 0 and c.run_counters[RunCounter.NEXT_SEND] < c.req.arrival.shape[0]:
                 effect(c, SEND, c.run_counters[RunCounter.NEXT_SEND], c.run_times[RunTime.THINK])

@@ -25,7 +25,7 @@ from sim.core.jit import jit
 from sim.core.plan import decode_shape, is_decode
 from sim.core.policies import next_round_step
 from sim.core.state import CHUNKED_PREFILL, CONTINUOUS, LOG_ROWS, PREFILL, Counter, Replica, RunCounter, Setting
-from sim.loops.events import K_HEAP_N, K_JUMPED, K_STEPS, apply, priced, turn
+from sim.loops.events import K_HEAP_N, K_JUMPED, K_STEPS, apply, computing, turn
 
 RUN_STEPS = 64  # the longest run: only rows that end or grow within it are sorted
 
@@ -135,7 +135,7 @@ def decode_run(c, costs, L, e, now, end, horizon):
         j += 1
         context += k
         decode_shape(c.shape[e], k, context)
-        duration = priced(c, costs, L, e, t)
+        duration = computing(c, costs, L, e)  # a steady run is never pipelined
         begin_step(c, e, t, duration)
         t_prev, t = t, t + duration
         if not t < horizon or c.run_counters[RunCounter.LOG_N] == LOG_ROWS:

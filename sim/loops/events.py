@@ -129,26 +129,32 @@ def apply(c, L, now):
     """Push the handlers' effects as events, in order; returns when the step a turn started
     ends (the caller pushes it, maybe after a decode run), or -1 if none did."""
     end = -1.0
-    for i in range(c.run_counters[RunCounter.FX_N]):
-        kind, who, delay = c.fx[i, 0], c.fx[i, 1], c.fx_delay[i]
+    counters, fx, delays = c.run_counters, c.fx, c.fx_delay  # each read of a structure's field costs
+    for i in range(counters[RunCounter.FX_N]):
+        kind, who, delay = fx[i, 0], fx[i, 1], delays[i]
         if kind == STEP_END:
             end = now + delay
         else:
             push(L, now + (transfer_time(c, who) if delay == PRICED else delay), kind, who)
-    c.run_counters[RunCounter.FX_N] = 0
+    counters[RunCounter.FX_N] = 0
     return end
 
 
 @jit
-def priced(c, costs, L, e, now):
-    """The planned step's duration, pipeline waits included (its extrapolated profile counters
-    counted)."""
+def computing(c, costs, L, e):
+    """The planned step's computing time (its extrapolated profile counters counted)."""
     duration, flags = price(costs, e, c.shape[e])
     if flags:
         for b in range(L.extrap.shape[1]):
             if flags & (1 << b):
                 L.extrap[e, b] += 1
-    return pipelined(c, e, now, duration)
+    return duration
+
+
+@jit
+def priced(c, costs, L, e, now):
+    """The planned step's duration, pipeline waits included."""
+    return pipelined(c, e, now, computing(c, costs, L, e))
 
 
 @jit
