@@ -91,7 +91,7 @@ def build() -> None:
     small = ["workload.num_requests=40", "workload.arrival.rate=20"]
     profile = _ROOT / "calibration" / "profiles"
     variants: list[list[str]] = [[], ["scheduler.policy=chunked-prefill", "replicas=2", "router.policy=power-of-two"],
-                                 # KV transfers and pipeline stages: the SimPy loop prices them through their own entries
+                                 # KV transfers and pipeline stages: the SimPy loop prices them by their own entries
                                  ["disaggregation.prefill.count=1", "disaggregation.decode.count=1", "hardware.pp=2",
                                   "model=llama-3-70b", "hardware.tp=2"]]
     shipped = sorted(profile.glob("*.json"))
