@@ -18,10 +18,10 @@ def cmd_calibrate(args) -> int:
     if args.endpoint:
         from endpoint.commands import calibrate_endpoint
 
-        return calibrate_endpoint(args, args.out)
+        return calibrate_endpoint(args)
     from calibration.engine_commands import calibrate_engine
 
-    return calibrate_engine(args, args.out)
+    return calibrate_engine(args)
 
 
 def cmd_validate(args) -> int:

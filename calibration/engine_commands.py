@@ -12,8 +12,8 @@ from pathlib import Path
 from sim.errors import InputError
 
 
-def calibrate_engine(args, out: str | None) -> int:
-    """Measure the engine on this device; write the profile to ``out`` (default
+def calibrate_engine(args) -> int:
+    """Measure the engine on this device; write the profile to ``--out`` (default
     ``profile-MODEL-DEVICE.json``)."""
     from engine.cli import require_torch
 
@@ -41,7 +41,7 @@ def calibrate_engine(args, out: str | None) -> int:
     grid = grid_for(args.device, args.quick, repeats=args.repeats, step_plans=args.step_plans,
                     max_tokens=args.max_tokens, max_seqs=args.max_seqs,
                     max_context=args.max_context)
-    path = check_profile_out(out or f"profile-{spec.name}-{args.device}.json")
+    path = check_profile_out(args.out or f"profile-{spec.name}-{args.device}.json")
     profile = calibrate(opts, grid)
     write_profile(profile, path)
     fit = profile.grid.get("fit", {})

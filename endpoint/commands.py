@@ -49,8 +49,8 @@ def sim_model_for(url: str, served: str, given: str | None):
                      "config.json): the server does not name a local model folder")
 
 
-def calibrate_endpoint(args, out: str | None) -> int:
-    """Probe the server, fit a profile, infer its scheduler; write the profile to ``out``
+def calibrate_endpoint(args) -> int:
+    """Probe the server, fit a profile, infer its scheduler; write the profile to ``--out``
     (default ``profile-endpoint.json``) and the scheduler beside it (``.scenario.yaml``)."""
     import yaml
 
@@ -68,7 +68,7 @@ def calibrate_endpoint(args, out: str | None) -> int:
     served = served_model(url, args.served_model, "--served-model")
     sim_model = sim_model_for(url, served, args.model)
     vocab = load_vocab(url, args.tokenizer)
-    path = check_profile_out(out or "profile-endpoint.json")
+    path = check_profile_out(args.out or "profile-endpoint.json")
     s = Settings(url=url, model=served, sim_model=sim_model, quick=args.quick, seed=args.seed,
                  progress=not args.no_progress, device_type="cpu" if args.device == "cpu" else "gpu",
                  request_timeout=timeout, time_limit=time_limit)

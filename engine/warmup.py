@@ -28,8 +28,8 @@ from engine.padding import ghost_step
 from engine.timing import synchronize
 from kernels import sample
 from kernels.attention import SPLIT_CHOICES, paged_attention_triton, query_block, sm_count
+from kernels.compiled import compiled_variants
 from kernels.dispatch import use_triton
-from kernels.variants import compiled_variants
 
 
 class Warmable(Protocol):

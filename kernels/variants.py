@@ -10,7 +10,7 @@ Every launch in ``kernels`` goes through :func:`launch`, which can record the
 specialisation key — computed with Triton's own rule (``native_specialize_impl``), so the
 same on a CPU as on a GPU — in the active :func:`recording`. A test can then check, under the
 interpreter, that a run needs nothing its warm-up did not compile. On a GPU,
-:func:`compiled_variants` counts what Triton really holds in its caches.
+:func:`kernels.compiled.compiled_variants` counts what Triton really holds in its caches.
 """
 
 from __future__ import annotations
@@ -20,8 +20,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
 from typing import Any
-
-from kernels.dispatch import HAS_TRITON
 
 VariantKey = tuple[str, tuple]
 
@@ -114,28 +112,3 @@ def recording() -> Iterator[set[VariantKey]]:
         yield rec
     finally:
         _RECORDINGS.remove(rec)
-
-
-def all_kernels() -> list[Any]:
-    """Every jitted kernel the public functions launch."""
-    from kernels import activation, attention, kv_cache, norm, rotary, sampling
-
-    return [norm._rms_norm_kernel, activation._silu_and_mul_kernel, rotary._rope_kernel,
-            kv_cache._write_kv_kernel, attention._paged_attention_kernel,
-            attention._combine_splits_kernel, sampling._sample_kernel]
-
-
-def compiled_variants() -> int | None:
-    """Binaries Triton holds in its in-memory caches (all kernels, all devices); ``None``
-    when the kernels are interpreted or Triton is missing (nothing is compiled then)."""
-    if not HAS_TRITON:
-        return None
-    total, seen = 0, False
-    for fn in all_kernels():
-        caches = getattr(fn, "device_caches", None)
-        if caches is None:
-            continue
-        seen = True
-        for entry in caches.values():
-            total += len(entry[0])
-    return total if seen else None

@@ -12,7 +12,7 @@ from engine_ref import commit, make_executor, plan_for, table_for
 from engine.executor import EngineExecutor
 from engine.generate import generate
 from engine.weights import random_model
-from kernels import dispatch, variants
+from kernels import compiled, dispatch
 
 pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (CUDA graphs, compiled Triton)"),
@@ -77,9 +77,9 @@ def test_warmup_captures_every_bucket_and_nothing_compiles_after(model):
     report = ex.warmup(max_num_seqs=24, max_num_tokens=512)
     assert report.captured and set(ex.graph_runner.graphs) == set(ex.graph_runner.keys)
     assert report.attention_variants > 0 and report.compiled is not None
-    before = variants.compiled_variants()
+    before = compiled.compiled_variants()
     prompts = _prompts(model.spec.vocab_size, lens=(500, 3, 120, 64, 9, 33, 250, 17) * 3)
     generate(prompts, 5, executor=ex, policy="continuous", max_num_seqs=24, max_batched_tokens=512)
     ex.reset()
     generate(prompts, 5, executor=ex, policy="chunked-prefill", chunk_size=48, max_num_seqs=24)
-    assert variants.compiled_variants() == before
+    assert compiled.compiled_variants() == before

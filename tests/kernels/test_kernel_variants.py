@@ -6,7 +6,7 @@ from kernel_testutils import INTERPRETER, requires_triton
 from test_kernel_attention import make_batch
 
 import kernels
-from kernels import variants
+from kernels import compiled, variants
 
 pytestmark = requires_triton
 
@@ -46,7 +46,7 @@ def test_key_follows_tritons_rule_for_specialised_ints():
 
 @pytest.mark.skipif(not INTERPRETER, reason="interpreter only")
 def test_nothing_is_compiled_under_the_interpreter():
-    assert variants.compiled_variants() is None
+    assert compiled.compiled_variants() is None
 
 
 def test_python_rule_matches_tritons_native_one():
