@@ -1,7 +1,7 @@
 """The names a scenario chooses among, each list written once: the schema accepts them
 (``Literal``s) and the core's codes are derived from them (a name's code is its place), so a
 name cannot be accepted without a code, nor a code exist without a name
-(tests/sim/test_vocab.py checks that every name also has its branch in the core)."""
+(tests/sim/core/test_vocab.py checks that every name also has its branch in the core)."""
 
 from __future__ import annotations
 

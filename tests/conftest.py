@@ -12,7 +12,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 # its builds are kept apart from unchecked ones (sim/core/buildcache.py stamps them with the setting).
 os.environ.setdefault("NUMBA_BOUNDSCHECK", "1")
 # A first small `servesim run` would otherwise run the core as Python while a background process
-# builds it (sim/cli/prebuild.py); the suite compiles in the foreground (tests/sim/test_build.py
+# builds it (sim/cli/prebuild.py); the suite compiles in the foreground (tests/sim/core/test_build.py
 # covers the background path).
 os.environ.setdefault("SERVESIM_BACKGROUND_BUILD", "0")
 

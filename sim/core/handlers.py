@@ -8,7 +8,7 @@ data — (kind, who, delay): "wake engine e", "engine e's step ends after d", "r
 arrives after d", "r's user sends after its think time", "r's KV cache lands after its
 transfer", "engine e's batching timer fires after d" — left in the core's effects buffer
 (``fx``) in the order the loops create their events, so both take them in the same order
-(tests/sim/test_loops_agree.py).
+(tests/sim/loops/test_loops_agree.py).
 
 Two kinds are the engines' own: a WAKE resumes an engine that sleeps, a STEP_END ends its
 step; the loop answers them with ``woken`` then ``turn`` and with ``step_end`` then ``turn``

@@ -49,7 +49,7 @@ class StepShape:
 SHAPE_FIELDS = tuple(f.name for f in fields(StepShape))
 Shape = IntEnum("Shape", [name.upper() for name in SHAPE_FIELDS], start=0, module=__name__)
 SHAPE_SIZE = len(Shape)
-# Each field's index by its name, for pricing (tests/sim/test_pricing_structure.py checks each is its member).
+# Each field's index by its name, for pricing (tests/sim/pricing/test_pricing_structure.py checks each is its member).
 (NUM_TOKENS, NUM_SEQS, PREFILL_TOKENS, PREFILL_ATTN, DECODE_SEQS, DECODE_CONTEXT, NUM_SAMPLED, VERIFY_TOKENS,
  SWAP_TOKENS) = Shape
 

@@ -4,7 +4,7 @@ Capacity planning runs thousands of simulations; a Python step loop spends tens 
 event. This loop takes the same events in SimPy's order (time, then creation), calls the same
 handlers (sim/core/handlers.py) and turns their effects into events the same way
 (sim/loops/events.py), and prices each step with the same pricing core, so its results are
-identical, bit for bit (tests/sim/test_loops_agree.py). Where nothing can change a batch of
+identical, bit for bit (tests/sim/loops/test_loops_agree.py). Where nothing can change a batch of
 decodes for a while, it commits those steps in one go (sim/loops/decode_runs.py), with the
 same results. It returns to Python whenever the step log's chunk is full or its event heap
 needs more room, and is called again to carry on.

@@ -10,7 +10,7 @@ the first step that would need more blocks than there are (that one must preempt
 batch empties, after RUN_STEPS steps, when the step log is full, or at the first step that
 ends at or after ``horizon`` — the next event that could change the engine (the next arrival,
 when engines meet only at arrivals; else the next event of any kind). The state it leaves is the state
-stepping one by one leaves, so the results are identical (tests/sim/test_loops_agree.py
+stepping one by one leaves, so the results are identical (tests/sim/loops/test_loops_agree.py
 compares this loop with the SimPy loop, which steps one by one).
 """
 

@@ -17,7 +17,7 @@ from sim.core.plan import DECODE_CONTEXT, DECODE_SEQS, NUM_SAMPLED, NUM_SEQS, NU
 from sim.errors import ProfileError
 from sim.pricing.profile import LinearFit, load_profile
 from tests.sim.helpers import scenario
-from tests.sim.test_loops_agree import assert_identical, both_loops
+from tests.sim.loops.test_loops_agree import assert_identical, both_loops
 
 TRUE = {"const": 0.004, "num_tokens": 1.2e-3, "prefill_attn": 5e-10, "decode_context": 3e-6, "num_seqs": 1e-3,
         "num_sampled": 0.0, "request": 0.006}

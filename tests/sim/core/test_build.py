@@ -18,7 +18,7 @@ from sim.core import buildcache
 from sim.loops.run import simulate
 from sim.scenario.load import load_scenario
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:

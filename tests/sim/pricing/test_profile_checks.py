@@ -11,7 +11,7 @@ import pytest
 
 from sim.cli.app import main
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 A100 = REPO / "calibration" / "profiles" / "a100-llama-2-70b-tp2.json"
 H100 = REPO / "calibration" / "profiles" / "h100-llama-2-70b-tp2.json"
 SCENARIO = ("model: llama-2-70b\nhardware: {{gpu: {gpu}, tp: 2}}\ncost: {{model: profile, profile: {profile}}}\n"

@@ -13,7 +13,7 @@ from sim.errors import ScenarioError
 from sim.traffic import block_hashes, build_workload
 from sim.traffic.block_hashes import mooncake_blocks
 from tests.sim.helpers import scenario
-from tests.sim.test_workload_formats import write_mooncake
+from tests.sim.traffic.test_workload_formats import write_mooncake
 
 FIXED = {"dist": "fixed", "value": 40}
 

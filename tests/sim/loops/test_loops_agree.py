@@ -124,7 +124,7 @@ def test_loops_agree_on_every_feature(case):
     reference, compiled = both_loops(**{**CASES, **FEATURES}[case])
     assert_identical(reference, compiled)
 
-SHIPPED_PROFILE = Path(__file__).resolve().parents[2] / "calibration" / "profiles" / "a100-llama-2-70b-tp2.json"
+SHIPPED_PROFILE = Path(__file__).resolve().parents[3] / "calibration" / "profiles" / "a100-llama-2-70b-tp2.json"
 PROFILES = {  # profile settings, scenario fields
     "ops": ({}, PRESSURE),
     "ops-chunked": ({}, {"scheduler__policy": "chunked-prefill", **BURSTY}),

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from sim.core import buildcache
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _env(**extra: str) -> dict[str, str]:

@@ -52,7 +52,7 @@ def test_least_kv_counts_the_blocks_queued_prompts_will_take():
     burst = ["workload.arrival.cv=3", "hardware.memory_utilization=0.9", "workload.arrival.rate=40",
              "workload.output_len.mean=250", "workload.output_len.sigma=0.8", "workload.output_len.max=1024",
              "workload.prompt_len.sigma=1.0", "workload.num_requests=2000"]
-    path = Path(__file__).resolve().parents[2] / "scenarios" / "router-least-kv.yaml"
+    path = Path(__file__).resolve().parents[3] / "scenarios" / "router-least-kv.yaml"
     lkv = simulate(load_scenario(path, burst)).summary
     rr = simulate(load_scenario(path, [*burst, "router.policy=round-robin"])).summary
     assert lkv["ttft_p99"] <= 1.2 * rr["ttft_p99"], (lkv["ttft_p99"], rr["ttft_p99"])
