@@ -38,7 +38,7 @@ from sim.scenario.specs import ModelSpec, get_gpu, get_model
 MiB = 1024**2
 CPU_DEFAULTS = {"batch": [1, 8, 32], "context": [256, 1024], "prefill": [128, 256, 512, 1024],
                 "repeats": 5, "cv_batch": 8, "cv_context": 256}
-CUDA_DEFAULTS = {"batch": [1, 8, 32, 128], "context": [1024, 8192],
+CUDA_DEFAULTS = {"batch": [1, 8, 32, 128], "context": [1024, 8191],  # 8191 + 1: an 8k model's longest
                  "prefill": [512, 1024, 2048, 4096, 8192], "repeats": 20, "cv_batch": 32,
                  "cv_context": 1024}
 _GPU_NAMES = [("H200", "H200"), ("H100", "H100-SXM"), ("A100-SXM4-40GB", "A100-40GB"),
@@ -214,7 +214,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default=None,
                    help="default: the model's on CUDA, fp32 on a CPU")
     p.add_argument("--batch", type=int, nargs="+", default=None, help="decode batches (CUDA: 1 8 32 128)")
-    p.add_argument("--context", type=int, nargs="+", default=None, help="decode contexts (CUDA: 1024 8192)")
+    p.add_argument("--context", type=int, nargs="+", default=None,
+                   help="decode contexts, cached tokens before the step's one (CUDA: 1024 8191)")
     p.add_argument("--prefill", type=int, nargs="+", default=None, help="prefill lengths (CUDA: 512 .. 8192)")
     p.add_argument("--repeats", type=int, default=None, help="timed runs per point, median kept")
     p.add_argument("--cv-steps", type=int, default=100)

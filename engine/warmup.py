@@ -55,7 +55,7 @@ class WarmupReport:
     captured: bool  # CUDA graphs were captured
     prefill_lengths: tuple[int, ...]
     attention_variants: int  # (query tile, split count) pairs launched directly
-    compiled: int | None  # Triton binaries in memory afterwards (None: interpreted / CPU)
+    compiled: int | None  # Triton binaries in memory afterwards (None: interpreted, or an engine on a CPU)
 
     def describe(self) -> str:
         graphs = f"{self.buckets} CUDA graphs" if self.captured else f"{self.buckets} padded buckets"
@@ -99,7 +99,8 @@ def warm_up(ex: Warmable, max_num_seqs: int, max_num_tokens: int, repeats: int =
         synchronize(ex.device)
     return WarmupReport(seconds=time.perf_counter() - t0, steps=steps, buckets=len(buckets),
                         captured=bool(runner is not None and runner.capture), prefill_lengths=lengths,
-                        attention_variants=variants, compiled=compiled_variants())
+                        attention_variants=variants,
+                        compiled=compiled_variants() if torch.device(ex.device).type == "cuda" else None)
 
 
 def attention_variants(group: int, sms: int | None) -> list[tuple[int, int, int]]:

@@ -29,6 +29,7 @@ from sim.pricing.profiled import COUNTERS
 from sim.pricing.roofline import engine_of
 from sim.results.metrics import check_request_times, requests_frame, summarize
 from sim.results.steplog import StepLog, engine_rows
+from sim.scenario.load import apply_overrides, scenario_from_dict
 from sim.scenario.schema import Scenario
 from sim.traffic import build_workload
 
@@ -83,10 +84,21 @@ def drive(scenario: Scenario, executor_factory: Callable[[int], Executor], *, en
     """Run ``scenario``'s steps on executors (``executor_factory(e)``: engine e's — a real
     engine, or any Executor) over the SimPy loop; in real time given a real-time ``env`` and its
     wall ``clock`` (a step then lasts at least what it took)."""
+    if isinstance(env, simpy.RealtimeEnvironment):
+        _compile_entries(scenario)
     wall = time.perf_counter()
     run = _Run(scenario, workload)
     executors = [executor_factory(e) for e in range(run.core.counters.shape[0])]
     return _on_simpy(run, executors, env or simpy.Environment(), clock, None, mode, wall)
+
+
+def _compile_entries(scenario: Scenario) -> None:
+    """Compile (or load from the build) every core entry a SimPy run of ``scenario`` calls, by
+    simulating a few of its requests on that loop: a run on the wall clock must not spend its
+    first step compiling (on a cold build an engine's first step once took 16 to 55 s)."""
+    data = scenario.model_dump(mode="json", exclude={"base_dir"})
+    few = apply_overrides(data, ["workload.num_requests=4", "simulation.loop=simpy"], "<warm-up>")
+    simulate(scenario_from_dict(few, "<warm-up>", scenario.base_dir))
 
 
 class _Run:
@@ -112,6 +124,8 @@ def _on_simpy(run: _Run, executors: list[Executor], env: simpy.Environment, cloc
 
     cluster = SimpyCluster(env, run.core, run.table, executors, clock=clock, on_log_full=run.log.take,
                            on_arrival=progress)
+    if isinstance(env, simpy.RealtimeEnvironment):
+        env.sync()  # the wall clock starts now: building the run is not traffic time
     with _wrapping():
         env.run()
     counts: dict[str, int] = {}

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from kernel_testutils import INTERPRETER, requires_triton
+from kernel_testutils import INTERPRETER, TRITON_DEVICE, requires_triton
 from test_kernel_attention import make_batch
 
 import kernels
@@ -21,16 +21,17 @@ def _attention_keys(specs, dtype=torch.float32, **kw):
 def test_step_sizes_do_not_make_new_variants():
     """Batch size, token count and block-table width are not specialised on, so decode steps
     of 1, 16 and 17 rows (1 is special to Triton, 16 divides) need one variant; a split, a
-    prefill-sized query tile or another dtype need their own."""
-    decode = [_attention_keys([(c, 1) for c in range(3, 3 + n)]) for n in (1, 16, 17)]
-    wide = _attention_keys([(90, 1)])  # a wider block table
+    prefill-sized query tile or another dtype need their own. Splits are fixed at one: on a GPU
+    the automatic split count follows the batch (``choose_num_splits``), each its own variant."""
+    decode = [_attention_keys([(c, 1) for c in range(3, 3 + n)], num_splits=1) for n in (1, 16, 17)]
+    wide = _attention_keys([(90, 1)], num_splits=1)  # a wider block table
     assert decode[0] == decode[1] == decode[2] == wide and len(decode[0]) == 1
     split = _attention_keys([(30, 1)], num_splits=4)
     assert len(split) == 2 and not split & decode[0]  # split kernel + merge
     assert _attention_keys([(30, 1)], num_splits=3) == split  # splits round up to a power of two
-    prefill = _attention_keys([(0, 40)])
+    prefill = _attention_keys([(0, 40)], num_splits=1)
     assert prefill != decode[0]
-    assert _attention_keys([(30, 1)], dtype=torch.float16) != decode[0]
+    assert _attention_keys([(30, 1)], dtype=torch.float16, num_splits=1) != decode[0]
 
 
 def test_key_follows_tritons_rule_for_specialised_ints():
@@ -39,7 +40,7 @@ def test_key_follows_tritons_rule_for_specialised_ints():
     keys = []
     for f in (1, 16, 17, 33):
         with variants.recording() as rec:
-            kernels.silu_and_mul(torch.randn(2, 2 * f), impl="triton")
+            kernels.silu_and_mul(torch.randn(2, 2 * f, device=TRITON_DEVICE), impl="triton")
         keys.append(next(iter(rec)))
     assert len({keys[0], keys[1], keys[2]}) == 3 and keys[2] == keys[3]
 

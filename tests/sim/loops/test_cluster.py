@@ -301,3 +301,45 @@ def test_conservation_and_kv_capacity_in_cluster_runs(case):
     peak = r.steps.groupby("replica")["kv_blocks_used"].max()
     for replica, used in peak.items():
         assert used <= capacity[replica]
+
+
+# -- a run on the wall clock -----------------------------------------------------------------
+def test_wall_clock_starts_once_the_core_is_compiled(monkeypatch):
+    """A real-time run (the engine's) first simulates a few of its requests on the SimPy loop,
+    which compiles (or loads) every core entry that loop calls, and only then starts its clock:
+    on a cold build the engine's first step once took 16 to 55 s of compiling, counted as
+    queueing. A run on virtual time does neither."""
+    import simpy
+
+    from sim.loops import run as run_module
+    from sim.pricing import CostModelExecutor
+
+    order: list[str] = []
+    simulate_ = run_module.simulate
+
+    def spy_simulate(sc, **kw):
+        order.append(f"warm {sc.simulation.loop} {sc.workload.num_requests}")
+        return simulate_(sc, **kw)
+
+    monkeypatch.setattr(run_module, "simulate", spy_simulate)
+
+    class Env(simpy.RealtimeEnvironment):
+        def sync(self):
+            order.append("sync")
+            super().sync()
+
+    s = scenario(workload__num_requests=3)
+    inner = CostModelExecutor(make_cost_model(s))
+
+    class Spy:
+        cost = None
+
+        def run(self, plan, table):
+            order.append("step")
+            return inner.run(plan, table)
+
+    finished_all(drive(s, lambda _: Spy(), env=Env(factor=1e-6, strict=False), mode="simulate"))
+    assert order[:3] == ["warm simpy 4", "sync", "step"]
+    order.clear()
+    finished_all(drive(s, lambda _: Spy(), mode="simulate"))
+    assert "sync" not in order and not any(o.startswith("warm") for o in order)
