@@ -29,13 +29,17 @@ def _positive_seconds(text: str) -> float:
 
 
 def _parse_sets(items: list[str]) -> dict:
+    """``--set`` items as {field path: value}; relative file paths in them start from the
+    working folder, as in ``servesim run``."""
+    from sim.scenario.load import paths_from_working_folder
+
     out = {}
     for item in items:
         path, eq, raw = item.partition("=")
         path = path.strip()
         if not eq or not path or not all(path.split(".")):
             raise StudyError("--set", item, "expected field.path=value, e.g. scheduler.policy=static")
-        out[path] = parse_value(raw, "--set", StudyError, path)
+        out[path] = paths_from_working_folder(path, parse_value(raw, "--set", StudyError, path))
     return out
 
 
