@@ -8,7 +8,8 @@ import subprocess
 from pathlib import Path
 
 # Collects uncaught errors and console.error calls, then, once the page has loaded, writes
-# what it found (plots, drawn plots, traces per plot, errors) into the DOM for --dump-dom.
+# what it found (plots, drawn plots, traces per plot, marks drawn and ★ shown per plot, errors)
+# into the DOM for --dump-dom.
 PROBE = """<script>
 window.__errors = [];
 window.addEventListener('error', e => window.__errors.push('uncaught: ' + e.message));
@@ -23,6 +24,7 @@ window.addEventListener('load', () => setTimeout(() => {
     traces: plots.map(p => (p._fullData || []).length),
     marks: plots.map(p => p.querySelectorAll('path.point, path.js-line, g.hm image, ' +
                                             'g.heatmaplayer image, path.bar, g.point').length),
+    stars: plots.map(p => (p.textContent.match(/\u2605/g) || []).length),
     errors: window.__errors,
   };
   const pre = document.createElement('pre');

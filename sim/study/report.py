@@ -15,14 +15,14 @@ from sim.results.atomic import Staging
 from sim.results.chart import Chart
 from sim.results.fmt import numeric
 from sim.results.jsonsafe import json_safe as _clean
-from sim.results.plotstyle import color_map
+from sim.results.plotstyle import config_colors as colors_of
 from sim.results.report import figure_html, page
 from sim.study import figures
 from sim.study.columns import cell, heading
 from sim.study.driver import StudyRun
 from sim.study.objectives import default_pareto
 from sim.study.overrides import short_names
-from sim.study.schema import Cheapest, MaxRate
+from sim.study.schema import Cheapest, Curves, MaxRate
 
 STYLE = ("<style>.answer{background:#eef6ee;padding:0.8em 1.2em;border-left:4px solid #009E73;margin:.5em 0}"
          ".answer.none{background:#fbeeee;border-color:#D55E00} .meta{color:#555}"
@@ -92,8 +92,9 @@ def answer_lines(run: StudyRun) -> list[tuple[str, str]]:
 
 
 def config_colors(run: StudyRun) -> dict[str, str]:
-    """One colour per configuration, in the study's order, for every figure of the report."""
-    return color_map(c.label for c in run.plan.configs)
+    """One colour per configuration for every figure of the report, the colour it has in every
+    other report too (a compare's included: ``plotstyle.config_colors``)."""
+    return colors_of(c.label for c in run.plan.configs)
 
 
 def build_figures(run: StudyRun) -> dict[str, tuple[str, go.Figure]]:
@@ -106,15 +107,18 @@ def build_figures(run: StudyRun) -> dict[str, tuple[str, go.Figure]]:
     runs, configs = out.runs, out.configs
     colors = config_colors(run)
     best = out.best["config"] if out.best else None
+    star = " — ★ the answer" if best else ""
     ok = runs[runs["status"] == "ok"] if len(runs) else runs
     order = [str(c) for c in configs["config"]] if "config" in configs else None
     if len(ok) and ok.groupby("config_index").size().max() > 1:  # a curve needs 2 points
         shown = min(len(order or []), figures.MAX_LINES)
         more = f" (the {shown} best of {len(order)} configurations)" if order and len(order) > shown else ""
-        what = "every run, the search's probes included" if isinstance(obj, MaxRate) else "every run"
+        what = ("every run, the search's probes as points (no line joins rates apart)"
+                if isinstance(obj, MaxRate) else "every run (a line breaks where a run failed)")
+        rates = list(obj.rates) if isinstance(obj, Curves) else None
         figs["latency_vs_load"] = (f"Latency and SLO attainment against load{more}: {what}",
                                    figures.latency_vs_load(runs, list(study.report.latency), obj.slo_target,
-                                                           dict(obj.limits), colors, order))
+                                                           dict(obj.limits), colors, order, rates, best))
     gpus_differ = "num_gpus" in configs and figures.distinct(configs["num_gpus"]) > 1
     if isinstance(obj, MaxRate):
         if configs[obj.rank_by].notna().any():
@@ -139,8 +143,9 @@ def build_figures(run: StudyRun) -> dict[str, tuple[str, go.Figure]]:
     if len(points) and x in points and y in points:
         both = points[points[x].notna() & points[y].notna()]
         if len(both) > 1 and figures.distinct(both[x]) > 1 and figures.distinct(both[y]) > 1:
-            figs["pareto"] = (f"Pareto front: {figures.nice(y)} against {figures.nice(x)}",
-                              figures.pareto(points, x, y, labels, colors))
+            at = out.best.get("at_rate") if out.best and "rate" in labels else None
+            figs["pareto"] = (f"Pareto front: {figures.nice(y)} against {figures.nice(x)}{star}",
+                              figures.pareto(points, x, y, labels, colors, best, at))
     axes = study.report.heatmap or heatmap_axes(plan.swept, configs)
     metric = out.headline
     if axes and len(configs) and all(a in configs for a in axes) and metric in configs and \
@@ -148,8 +153,8 @@ def build_figures(run: StudyRun) -> dict[str, tuple[str, go.Figure]]:
         missing = "fails SLO" if isinstance(obj, Cheapest) else "–"
         names = headers(run)
         figs["heatmap"] = (f"{figures.nice(metric)} over {names.get(axes[0], axes[0])} × "
-                           f"{names.get(axes[1], axes[1])}",
-                           figures.heatmap(configs, axes[0], axes[1], metric, missing, names))
+                           f"{names.get(axes[1], axes[1])}{star}",
+                           figures.heatmap(configs, axes[0], axes[1], metric, missing, names, best))
     return figs
 
 
