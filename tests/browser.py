@@ -8,7 +8,8 @@ import subprocess
 from pathlib import Path
 
 # Collects uncaught errors and console.error calls, then, once the page has loaded, writes
-# what it found (plots, drawn plots, traces per plot, marks drawn and ★ shown per plot, errors)
+# what it found (plots, drawn plots, and per plot: traces, marks drawn, ★ shown, legend entries,
+# shapes drawn; errors)
 # into the DOM for --dump-dom.
 PROBE = """<script>
 window.__errors = [];
@@ -25,6 +26,8 @@ window.addEventListener('load', () => setTimeout(() => {
     marks: plots.map(p => p.querySelectorAll('path.point, path.js-line, g.hm image, ' +
                                             'g.heatmaplayer image, path.bar, g.point').length),
     stars: plots.map(p => (p.textContent.match(/\u2605/g) || []).length),
+    legends: plots.map(p => [...p.querySelectorAll('.legendtext')].map(t => t.textContent)),
+    shapes: plots.map(p => p.querySelectorAll('.shapelayer path').length),
     errors: window.__errors,
   };
   const pre = document.createElement('pre');

@@ -28,6 +28,16 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a share between 0 and 1, e.g. 0.9, got {text!r}")
+    return value
+
+
 def _parse_sets(items: list[str]) -> dict:
     """``--set`` items as {field path: value}; relative file paths in them start from the
     working folder, as in ``servesim run``."""
@@ -106,7 +116,11 @@ def register(sub) -> None:
 
     cp = sub.add_parser("compare", help="run scenarios on the same traffic, side by side")
     cp.add_argument("scenarios", nargs="+", help="two or more scenario YAMLs")
-    cp.add_argument("--out", default="results/compare", help="output folder")
+    cp.add_argument("--out", default=None,
+                    help="output folder (default: a new one, results/compare-<n>: no earlier comparison is replaced)")
+    cp.add_argument("--slo-target", type=_fraction, default=None, metavar="SHARE",
+                    help="share of requests within the SLO for a scenario to count as meeting it, as a study's "
+                         "slo_target (default 0.9); the cheapest scenario meeting it is marked ★ the winner")
     cp.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                     help="override a field in every scenario")
     cp.add_argument("--own-traffic", action="store_true",
@@ -282,18 +296,20 @@ def cmd_compare(args) -> int:
 
     from sim.cli.console import console, err_console
     from sim.results.atomic import check_out_dir
-    from sim.study.compare import COMPARE_FILES, load_entries, print_compare, run_entries, write_compare
+    from sim.study import compare as cmp
     from sim.study.runners import make_runner
 
     _check_runner_args(args, args.png)
-    entries = load_entries(args.scenarios, _parse_sets(args.set), not args.own_traffic)
-    out = check_out_dir(args.out, "--out", COMPARE_FILES)
+    entries = cmp.load_entries(args.scenarios, _parse_sets(args.set), not args.own_traffic)
+    out = check_out_dir(args.out if args.out is not None else cmp.new_folder(Path("results")), "--out",
+                        cmp.COMPARE_FILES)
     jobs = args.jobs or min(len(entries), os.cpu_count() or 1)
     with make_runner(args.runner, jobs, args.address, timeout=args.connect_timeout) as ex, \
             err_console.status(f"running {len(entries)} scenarios"):
-        run_entries(entries, ex)
-    paths, warnings = write_compare(entries, out, args.png, args.plotlyjs)
-    print_compare(entries, args.format)
+        cmp.run_entries(entries, ex)
+    winner = cmp.pick_winner(entries, args.slo_target or cmp.SLO_TARGET)
+    paths, warnings = cmp.write_compare(entries, out, args.png, args.plotlyjs, winner)
+    cmp.print_compare(entries, args.format, winner)
     say = err_console if args.format != "table" else console
     for e in entries:
         if e.record.get("status") != "ok":

@@ -69,6 +69,8 @@ def test_compare_report_renders(chromium, tmp_path):
     found, log = render(chromium, out / "report.html", tmp_path)
     assert found["errors"] == [] and console_errors(log) == []
     assert found["plots"] == found["drawn"] == 2
+    assert found["stars"][1] > 0  # the winner's bars carry ★
+    assert "★ continuous" in (out / "report.html").read_text()  # and the answer box names it
 
 
 def test_figures_as_png(chromium, study_run, tmp_path):
