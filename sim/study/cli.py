@@ -75,6 +75,21 @@ def _runner_args(p: argparse.ArgumentParser) -> None:
                         "results as data, raw units: seconds, req/s; messages go to stderr)")
 
 
+BUILD_NOTE = ("the compiled core of this version is not built yet: numba builds it in the first runs "
+              "(about 40 s of CPU, once; later runs and studies load it), and they wait for it")
+
+
+def build_waits() -> bool:
+    """Whether the first runs will wait for numba to build the compiled core: it compiles here,
+    and neither the background build (``servesim run``'s) nor an earlier run has left its loop."""
+    from sim.core.buildcache import build_folder, interpreted, is_ready
+
+    if interpreted() or is_ready():
+        return False
+    folder = build_folder()
+    return folder is None or not any(folder.rglob("compiled.run_events-*.nbc"))
+
+
 def _check_runner_args(args, png: bool = False) -> None:
     from sim.core.buildcache import interpreted
 
@@ -172,11 +187,17 @@ def cmd_study(args) -> int:
             store.forget_errors()
         if store.records:
             err_console.print(f"resuming: {len(store.records)} runs already in {out / store.path.name}")
-        task = bar.add_task(f"{plan.name} ({ex.workers} workers)", total=None, extra="")
+        building = build_waits()
+        if building:
+            err_console.print(BUILD_NOTE, highlight=False)
+        task = bar.add_task(f"{plan.name} ({ex.workers} workers)", total=None,
+                            extra="waiting for the compiled core's build" if building else "")
 
         def show(p) -> None:
+            waiting = building and p.done == p.reused
             bar.update(task, completed=p.done, total=p.total,
-                       extra=f"{p.reused} reused, {p.failed} failed")
+                       extra="waiting for the compiled core's build" if waiting
+                       else f"{p.reused} reused, {p.failed} failed")
 
         run = execute_plan(plan, store, ex, show)
     paths = write_outputs(run, out, png=args.png, plotly=args.plotlyjs)
@@ -304,8 +325,12 @@ def cmd_compare(args) -> int:
     out = check_out_dir(args.out if args.out is not None else cmp.new_folder(Path("results")), "--out",
                         cmp.COMPARE_FILES)
     jobs = args.jobs or min(len(entries), os.cpu_count() or 1)
+    building = build_waits()
+    if building:
+        err_console.print(BUILD_NOTE, highlight=False)
     with make_runner(args.runner, jobs, args.address, timeout=args.connect_timeout) as ex, \
-            err_console.status(f"running {len(entries)} scenarios"):
+            err_console.status(f"running {len(entries)} scenarios" + (" (and building the compiled core)" if building
+                                                                      else "")):
         cmp.run_entries(entries, ex)
     winner = cmp.pick_winner(entries, args.slo_target or cmp.SLO_TARGET)
     paths, warnings = cmp.write_compare(entries, out, args.png, args.plotlyjs, winner)
