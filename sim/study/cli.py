@@ -267,7 +267,7 @@ def print_answer(run, console, limit: int = 20) -> None:
     from sim.cli.console import print_block, print_rows
     from sim.results.summary_view import Block
     from sim.study.columns import cell, heading
-    from sim.study.report import answer_columns, answer_lines, headers
+    from sim.study.report import answer_columns, answer_lines, gpu_readings, headers
 
     out = run.outcome
     names = headers(run)
@@ -281,6 +281,8 @@ def print_answer(run, console, limit: int = 20) -> None:
     print_rows(Table(*(heading(c, names) for c in cols), title=f"{run.plan.name}: {out.note}"), rows)
     if len(out.configs) > limit:
         console.print(f"… {len(out.configs) - limit} more configurations in configs.csv")
+    for line in gpu_readings(run):
+        console.print(line, highlight=False)
     if best is None:
         console.print("[red]no configuration qualifies[/]")
         return

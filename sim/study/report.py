@@ -21,7 +21,7 @@ from sim.study import figures
 from sim.study.columns import cell, heading
 from sim.study.driver import StudyRun
 from sim.study.objectives import default_pareto
-from sim.study.overrides import short_names
+from sim.study.overrides import get_path, short_names
 from sim.study.schema import Cheapest, Curves, MaxRate
 
 STYLE = ("<style>.answer{background:#eef6ee;padding:0.8em 1.2em;border-left:4px solid #009E73;margin:.5em 0}"
@@ -182,6 +182,21 @@ def _answer_html(run: StudyRun) -> str:
             f"{html.escape(nums)}<br><span class='meta'>{html.escape(out.note)}</span></div>")
 
 
+def gpu_readings(run: StudyRun) -> list[str]:
+    """How each ambiguous GPU family name the study's configurations use was read ("H100 read as
+    H100-SXM; write H100-PCIe or H100-NVL for the other H100 cards"): a label says ``gpu=H100``
+    as the study wrote it, this says which card ran."""
+    from sim.scenario.specs.gpus import resolution
+
+    names = []
+    for c in run.plan.configs:
+        for field in ("hardware.gpu", *(k for k in c.values if k.endswith(".gpu"))):
+            v = get_path(c.data, field)
+            if isinstance(v, str) and resolution(v) and v not in names:
+                names.append(v)
+    return [str(resolution(v)) for v in names]
+
+
 def base_rows(run: StudyRun) -> list[tuple[str, str]]:
     """What the study simulates, from its first configuration: model, traffic, SLO, what varies."""
     from sim.results.describe import has_slo, model_text, slo_text, traffic_text
@@ -201,6 +216,7 @@ def base_rows(run: StudyRun) -> list[tuple[str, str]]:
                      ("SLO", slo_text(s.slo) if has_slo(s) else "none set")]
         except Exception:  # a description only: the runs say what went wrong
             pass
+    rows += [("GPU", g) for g in gpu_readings(run)]
     limits = ", ".join(f"{heading(k)} ≤ {cell(k, v)}" for k, v in obj.limits.items())
     rows.append(("meets the SLO when", f"≥ {obj.slo_target:.0%} of requests within it" + (f", and {limits}"
                                                                                          if limits else "")))

@@ -101,3 +101,20 @@ def test_write_compare_alone_picks_its_winner(tmp_path):
         e.record = {"status": "error", "error": "boom"}
     write_compare(entries, tmp_path / "o", png=False)
     assert "no winner: no scenario ran" in (tmp_path / "o" / "report.html").read_text()
+
+
+def test_study_and_compare_say_which_card_an_ambiguous_gpu_name_means(tmp_path, capsys):
+    from .helpers import write_study
+
+    small = {**SMALL, "workload": {**SMALL["workload"], "num_requests": 20}}
+    path = write_study(tmp_path, {"vary": {"grid": {"hardware.gpu": ["H100", "A100-80GB"]}},
+                                  "objective": {"kind": "cheapest", "rate": None}}, small)
+    code, text = run_cli(capsys, "study", path, "--out", tmp_path / "st", "--jobs", "1")
+    assert code == 0 and "H100 read as H100-SXM; write H100-PCIe or H100-NVL" in text
+    assert "H100 read as H100-SXM" in (tmp_path / "st" / "report.html").read_text()
+    (tmp_path / "h.yaml").write_text(yaml.safe_dump({**small, "name": "h", "hardware": {"gpu": "H100"}}))
+    code, text = run_cli(capsys, "compare", tmp_path / "h.yaml", tmp_path / "base.yaml", "--out", tmp_path / "c",
+                         "--jobs", "1")
+    assert code == 0
+    assert "H100 read as H100-SXM" in (tmp_path / "c" / "report.html").read_text()
+    assert set(pd.read_csv(tmp_path / "c" / "summary.csv")["gpu"]) == {"H100-SXM"}
