@@ -113,9 +113,10 @@ def build_figures(run: StudyRun) -> dict[str, tuple[str, go.Figure]]:
     if len(ok) and ok.groupby("config_index").size().max() > 1:  # a curve needs 2 points
         shown = min(len(order or []), figures.MAX_LINES)
         more = f" (the {shown} best of {len(order)} configurations)" if order and len(order) > shown else ""
-        what = ("every run, the search's probes as points (no line joins rates apart)"
-                if isinstance(obj, MaxRate) else "every run (a line breaks where a run failed)")
         rates = list(obj.rates) if isinstance(obj, Curves) else None
+        what = ("every run (a line breaks where a run failed)" if rates is not None else
+                "every run, the search's probes as points (no line joins rates apart)"
+                if isinstance(obj, MaxRate) else "every run")
         figs["latency_vs_load"] = (f"Latency and SLO attainment against load{more}: {what}",
                                    figures.latency_vs_load(runs, list(study.report.latency), obj.slo_target,
                                                            dict(obj.limits), colors, order, rates, best))
