@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,12 +106,42 @@ def runs_table(plan: Plan, searches: list[Search]) -> pd.DataFrame:
     return df
 
 
-def _best_row(frame: pd.DataFrame, metric: str) -> pd.Series | None:
+# How ties on the ranking metric are broken, after the metric itself: the columns in order,
+# each in its better direction, then the rows' own order (the configurations' order).
+TIE_BREAK = ("cost_per_hour", "num_gpus")
+
+
+def tie_rule(then: Sequence[str] = ()) -> str:
+    """The tie-break rule of ``rank`` in words, for an answer's note."""
+    names = {"cost_per_hour": "lower $/h", "num_gpus": "fewer GPUs"}
+    steps = [names[c] for c in TIE_BREAK] + [f"{'lower' if lower_is_better(c) else 'higher'} {c}"
+                                            for c in then if c not in TIE_BREAK]
+    return "ties broken by " + ", then ".join([*steps, "the configurations' order"])
+
+
+def rank(frame: pd.DataFrame, metric: str, then: Sequence[str] = ()) -> pd.DataFrame:
+    """``frame``'s rows best first: by ``metric`` in its better direction (missing values
+    last), ties broken by ``tie_rule``: lower ``cost_per_hour``, fewer ``num_gpus``, each of
+    ``then`` in its better direction, then the rows' own order. Columns the frame lacks are
+    skipped. The one ranking rule of studies and compare, so both mark the same winner."""
+    if frame.empty or metric not in frame:
+        return frame
+    cols = list(dict.fromkeys([metric, *TIE_BREAK, *then]))
+    cols = [c for c in cols if c in frame]
+    keys = pd.DataFrame({f"k{i}": pd.to_numeric(frame[c], errors="coerce") for i, c in enumerate(cols)},
+                        index=frame.index)
+    keys["order"] = np.arange(len(frame))
+    order = keys.sort_values(list(keys.columns), ascending=[lower_is_better(c) for c in cols] + [True],
+                             na_position="last").index
+    return frame.loc[order]
+
+
+def pick_best(frame: pd.DataFrame, metric: str, then: Sequence[str] = ()) -> pd.Series | None:
+    """The best row of ``frame`` by ``rank`` among those with a value of ``metric``, or None."""
     ok = frame[frame[metric].notna()] if metric in frame else frame.iloc[:0]
     if ok.empty:
         return None
-    asc = lower_is_better(metric)
-    return ok.sort_values([metric, "cost_per_hour"], ascending=[asc, True], kind="stable").iloc[0]
+    return rank(ok, metric, then).iloc[0]
 
 
 def evaluate(plan: Plan, searches: list[Search]) -> Outcome:
@@ -143,13 +174,21 @@ def _with_skipped(plan: Plan, configs: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([configs, pd.DataFrame(rows)], ignore_index=True)
 
 
+def _then(plan: Plan, headline: str) -> tuple[str, ...]:
+    """The metric that breaks ties after cost and GPUs: the Pareto chart's other axis, so that
+    the answer sits on the front."""
+    x, y = default_pareto(plan)
+    return tuple(m for m in (y, x) if m != headline and m not in TIE_BREAK)[:1]
+
+
 def _finish(configs: pd.DataFrame, headline: str, note: str, runs: pd.DataFrame,
             plan: Plan) -> Outcome:
     configs = _with_skipped(plan, configs)
-    best = _best_row(configs, headline)
+    then = _then(plan, headline)
+    best = pick_best(configs, headline, then)
     if not configs.empty and headline in configs:
-        configs = configs.sort_values(headline, ascending=lower_is_better(headline),
-                                      na_position="last", kind="stable").reset_index(drop=True)
+        configs = rank(configs, headline, then).reset_index(drop=True)
+    note = f"{note}; {tie_rule(then)}"
     return Outcome(runs, configs, None if best is None else best.to_dict(), headline, note)
 
 
@@ -239,7 +278,7 @@ def _curves(plan, searches, runs, obj: Curves) -> Outcome:
                if len(recs) and recs["goodput_per_gpu"].notna().any() else None}
         metric = obj.rank_by
         if len(recs) and metric in recs and recs[metric].notna().any():
-            best = _best_row(recs, metric)
+            best = pick_best(recs, metric)
             row[metric] = best[metric]
             row["at_rate"] = best["rate"]
         rows.append(row)
