@@ -226,6 +226,10 @@ def run_headline(summary: dict) -> list[tuple[str, str]]:
     items = [("SLO attainment", fmt.pct(summary["slo_attainment"])), ("goodput", fmt.rate(summary["goodput"])),
              ("throughput", fmt.rate(summary["request_throughput"])),
              ("offered load", fmt.rate(summary.get("offered_rate")))]
+    if not fmt.missing(summary.get("cost_per_1m_tokens")):
+        from sim.results.money import dollars
+
+        items.append(("per 1M tokens", dollars(summary["cost_per_1m_tokens"])))
     if not summary.get("classes"):
         items += [("TTFT p99", fmt.duration(summary.get("ttft_p99"))),
                   ("TPOT p99", fmt.duration(summary.get("tpot_p99")))]

@@ -154,12 +154,9 @@ def _progress_bar(console):
 def cmd_study(args) -> int:
     from sim.cli.console import console, err_console, print_rows
     from sim.results.atomic import check_out_dir
-    from sim.study.driver import execute_plan
     from sim.study.plan import plan_study
-    from sim.study.report import STUDY_FILES, write_outputs
-    from sim.study.runners import make_runner
+    from sim.study.report import STUDY_FILES
     from sim.study.schema import load_study
-    from sim.study.store import RunStore
 
     study = load_study(args.study)
     _check_runner_args(args, args.png or study.report.png)
@@ -175,6 +172,22 @@ def cmd_study(args) -> int:
     say = err_console if data else console  # with csv/json, stdout holds the data only
     out = check_out_dir(args.out or Path("results") / plan.name, "--out", STUDY_FILES)
     _ask_if_large(plan, args, out, err_console)
+    run, paths = run_plan(plan, args, out, err_console)
+    if data:
+        print_study_data(run, args.format)
+    else:
+        print_answer(run, console)
+    return study_ending(run, paths, out, say, err_console)
+
+
+def run_plan(plan, args, out: Path, err_console):
+    """Run a checked plan into ``out`` (resuming what is stored there) with a progress bar, and
+    write its outputs; the StudyRun and the paths written."""
+    from sim.study.driver import execute_plan
+    from sim.study.report import write_outputs
+    from sim.study.runners import make_runner
+    from sim.study.store import RunStore
+
     # Everything is checked (the runner too) before the stored runs are read or, with
     # --fresh, dropped.
     with make_runner(args.runner, args.jobs, args.address, timeout=args.connect_timeout) as ex, \
@@ -200,11 +213,12 @@ def cmd_study(args) -> int:
                        else f"{p.reused} reused, {p.failed} failed")
 
         run = execute_plan(plan, store, ex, show)
-    paths = write_outputs(run, out, png=args.png, plotly=args.plotlyjs)
-    if data:
-        print_study_data(run, args.format)
-    else:
-        print_answer(run, console)
+    return run, write_outputs(run, out, png=args.png, plotly=args.plotlyjs)
+
+
+def study_ending(run, paths, out: Path, say, err_console) -> int:
+    """Warnings, the runs' count and where the results are; the exit code (130 interrupted,
+    ALL_FAILED when every run failed)."""
     for w in run.warnings:
         say.print(f"[yellow]warning:[/] {escape(w)}")
     say.print(f"{run.progress.done} runs ({run.progress.reused} reused, "

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from sim.results import fmt
+from sim.results.money import dollars
 
 LATENCY_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "E2E", "itl": "ITL", "queueing_delay": "queueing"}
 
@@ -29,7 +30,11 @@ FIXED: dict[str, tuple[str, Callable]] = {
     "max_rate_per_dollar": ("requests per $", lambda v: fmt.count(round(v)) if not fmt.missing(v) else fmt.DASH),
     "num_gpus": ("GPUs", fmt.count),
     "cost_per_hour": ("$/h", lambda v: fmt.DASH if fmt.missing(v) else f"{v:,.2f}"),
+    "cost_per_1m_output_tokens": ("$ per 1M output tokens", dollars),
+    "cost_per_1m_tokens": ("$ per 1M tokens", dollars),
     "qualifying_cost_per_hour": ("$/h meeting SLO", lambda v: fmt.DASH if fmt.missing(v) else f"{v:,.2f}"),
+    "qualifying_cost_per_1m_tokens": ("$ per 1M tokens meeting SLO", dollars),
+    "qualifying_cost_per_1m_output_tokens": ("$ per 1M output tokens meeting SLO", dollars),
     "slo_attainment": ("SLO met", fmt.pct),
     "meets_slo": ("meets SLO", _tick),
     "goodput": ("goodput (req/s)", fmt.num),

@@ -15,6 +15,7 @@ from plotly.subplots import make_subplots
 from sim.results import plotlyjs
 from sim.results.atomic import Staging
 from sim.results.metrics import ms_keys
+from sim.results.money import COST_METRICS
 from sim.results.plotstyle import base_layout, config_colors
 from sim.results.report import figure_html, latency_cdfs, page
 from sim.scenario.load import scenario_from_dict
@@ -28,10 +29,10 @@ from sim.study.runners import Runner
 from sim.study.schema import Acceptance, StudyError
 
 BAR_METRICS = ["slo_attainment", "goodput_per_gpu", "request_throughput", "ttft_p99", "tpot_p99", "e2e_p99"]
-TABLE_METRICS = ["num_gpus", "cost_per_hour", "offered_rate", "requests", "finished", "rejected", "request_throughput",
+TABLE_METRICS = ["num_gpus", "offered_rate", "requests", "finished", "rejected", "request_throughput",
                  "goodput", "goodput_per_gpu", "slo_attainment", "ttft_p50", "ttft_p99", "tpot_p50",
                  "tpot_p99", "itl_p50", "itl_p99", "e2e_p50", "e2e_p99", "preemptions", "mean_batch_size",
-                 "mean_kv_utilization"]
+                 "mean_kv_utilization", *COST_METRICS]
 
 
 SLO_TARGET = Acceptance.model_fields["slo_target"].default  # as a study's, unless --slo-target
@@ -122,14 +123,8 @@ def summary_frame(entries: list[Entry]) -> pd.DataFrame:
         rows.append({"scenario": e.name, "file": str(e.path), "status": e.record.get("status"),
                      "error": e.record.get("error"), "policy": e.scenario.scheduler.policy,
                      "gpu": e.scenario.gpu_spec.name, "tp": hw.tp, "replicas": len(e.scenario.replica_specs),
-                     "num_gpus": e.scenario.num_gpus, "cost_per_hour": _cost_per_hour(e.scenario), **s})
+                     "num_gpus": e.scenario.num_gpus, **s})
     return pd.DataFrame(rows)
-
-
-def _cost_per_hour(scenario: Scenario) -> float:
-    from sim.study.cost import cost_per_hour, gpu_inventory, own_prices
-
-    return cost_per_hour(gpu_inventory(scenario), {}, own_prices(scenario))
 
 
 def pick_winner(entries: list[Entry], slo_target: float = SLO_TARGET) -> Winner:
@@ -139,7 +134,8 @@ def pick_winner(entries: list[Entry], slo_target: float = SLO_TARGET) -> Winner:
     frame = summary_frame(entries)
     acc = Acceptance(slo_target=slo_target)
     meets = [passes(acc, e.record) for e in entries]
-    frame["qualifying_cost_per_hour"] = frame["cost_per_hour"].where(meets)
+    cost = frame["cost_per_hour"] if "cost_per_hour" in frame else pd.Series(float("nan"), index=frame.index)
+    frame["qualifying_cost_per_hour"] = cost.where(meets)
     rule = (f"the cheapest per hour of those with ≥ {slo_target:.0%} of requests within the SLO; "
             f"{tie_rule(THEN)}")
     best = pick_best(frame, "qualifying_cost_per_hour", THEN)

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from sim.results.money import token_costs
 from sim.study.overrides import show
 from sim.study.plan import Plan
 from sim.study.schema import RUN_METRICS, Acceptance, Cheapest, Curves, MaxRate
@@ -88,6 +89,7 @@ def runs_table(plan: Plan, searches: list[Search]) -> pd.DataFrame:
     acc = plan.study.objective
     rows = []
     for s in searches:
+        usd_per_hour = plan.configs[s.config].cost_per_hour  # the study's prices too
         for rate, rec in sorted(s.records.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
             summary = rec.get("summary") or {}
             rows.append({
@@ -95,6 +97,7 @@ def runs_table(plan: Plan, searches: list[Search]) -> pd.DataFrame:
                 "status": rec.get("status"), "error": rec.get("error"),
                 "meets_slo": passes(acc, rec), "wall_s": rec.get("wall_s"),
                 **{k: summary.get(k) for k in SUMMARY_COLUMNS},
+                **(token_costs(usd_per_hour, summary) if rec.get("status") == "ok" else {}),
             })
     df = pd.DataFrame(rows)
     if len(df):
@@ -204,7 +207,8 @@ def _max_rate(plan, searches, runs, obj: MaxRate) -> Outcome:
         rows.append({**row, **_summary_at(runs, s.config, rate)})
     configs = pd.DataFrame(rows)
     units = {"max_rate": "req/s", "max_rate_per_gpu": "req/s per GPU",
-             "max_rate_per_dollar": "requests per dollar"}
+             "max_rate_per_dollar": "requests per dollar", "cost_per_1m_tokens": "USD per 1M tokens at the max rate",
+             "cost_per_1m_output_tokens": "USD per 1M output tokens at the max rate"}
     limits = "".join(f", {k} ≤ {v:g} s" for k, v in obj.limits.items())
     note = (f"highest arrival rate with SLO attainment ≥ {obj.slo_target:.0%}{limits}, "
             f"ranked by {obj.rank_by} ({units[obj.rank_by]})")
@@ -213,24 +217,26 @@ def _max_rate(plan, searches, runs, obj: MaxRate) -> Outcome:
 
 def _cheapest(plan, searches, runs, obj: Cheapest) -> Outcome:
     rows = []
+    qualifying = f"qualifying_{obj.rank_by}"
     for s in searches:
         rec = s.records.get(obj.rate, {})
         ok = passes(obj, rec)
+        at = _summary_at(runs, s.config, obj.rate)
+        cost = plan.configs[s.config].cost_per_hour if obj.rank_by == "cost_per_hour" else at.get(obj.rank_by)
         rows.append({**_config_columns(plan, s.config), "meets_slo": ok,
                      "status": rec.get("status"), "error": rec.get("error"),
-                     "qualifying_cost_per_hour": plan.configs[s.config].cost_per_hour
-                     if ok else None,
-                     **_summary_at(runs, s.config, obj.rate)})
+                     qualifying: cost if ok else None, **at})
     configs = pd.DataFrame(rows)
     at = f"{obj.rate:g} req/s" if obj.rate else "the scenario's traffic"
     limits = "".join(f", {k} ≤ {v:g} s" for k, v in obj.limits.items())
-    note = (f"lowest GPU cost per hour meeting SLO attainment ≥ {obj.slo_target:.0%}{limits} "
-            f"at {at}")
-    out = _finish(configs, "qualifying_cost_per_hour", note, runs, plan)
+    what = {"cost_per_hour": "GPU cost per hour", "cost_per_1m_tokens": "cost per 1M tokens (prompt + output)",
+            "cost_per_1m_output_tokens": "cost per 1M output tokens"}[obj.rank_by]
+    note = f"lowest {what} meeting SLO attainment ≥ {obj.slo_target:.0%}{limits} at {at}"
+    out = _finish(configs, qualifying, note, runs, plan)
     if not out.configs.empty:  # passing ones by cost, then the rest by attainment
         cfg = out.configs
         meets = cfg["meets_slo"].fillna(False).astype(bool)
-        cfg = pd.concat([cfg[meets].sort_values("cost_per_hour", kind="stable"),
+        cfg = pd.concat([cfg[meets].sort_values(obj.rank_by, kind="stable"),
                          cfg[~meets].sort_values("slo_attainment", ascending=False,
                                                  kind="stable", na_position="last")])
         out.configs = cfg.reset_index(drop=True)

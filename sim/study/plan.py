@@ -11,9 +11,9 @@ from typing import Any, get_args
 from pydantic import BaseModel, ValidationError
 
 from sim.errors import InputError, ScenarioError
+from sim.results.money import cost_per_hour, gpu_inventory, own_prices
 from sim.scenario.load import read_scenario_file, scenario_from_dict
 from sim.scenario.schema import Scenario
-from sim.study.cost import cost_per_hour, gpu_inventory, own_prices
 from sim.study.overrides import apply, canonical, get_path, set_path, short_names, show
 from sim.study.schema import Curves, MaxRate, Study, StudyError
 

@@ -20,8 +20,9 @@ def _entries(tmp_path, *scenarios: dict):
     return load_entries([str(p) for p in paths], {}, same_traffic=False)
 
 
-def _record(attainment: float | None, ttft_p99: float = 0.1) -> dict:
-    return {"status": "ok", "summary": {"slo_attainment": attainment, "ttft_p99": ttft_p99}}
+def _record(attainment: float | None, ttft_p99: float = 0.1, cost_per_hour: float = 2.49) -> dict:
+    return {"status": "ok", "summary": {"slo_attainment": attainment, "ttft_p99": ttft_p99,
+                                        "cost_per_hour": cost_per_hour}}
 
 
 def test_the_winner_is_the_cheapest_meeting_the_slo_ties_by_the_study_rule(tmp_path):
@@ -29,11 +30,12 @@ def test_the_winner_is_the_cheapest_meeting_the_slo_ties_by_the_study_rule(tmp_p
     h100 = {**SMALL, "name": "h100", "hardware": {"gpu": "H100"}}
     h100b = {**SMALL, "name": "h100-b", "hardware": {"gpu": "H100"}}
     entries = _entries(tmp_path, h100, a100, h100b)
-    for e, rec in zip(entries, [_record(0.95, 0.2), _record(0.95), _record(0.95, 0.1)], strict=True):
+    for e, rec in zip(entries, [_record(0.95, 0.2), _record(0.95, cost_per_hour=1.79), _record(0.95, 0.1)],
+                      strict=True):
         e.record = rec
     w = pick_winner(entries)
     assert w.name == "a100" and "cheapest" in w.note  # A100 at 1.79 $/h beats H100 at 2.49
-    entries[1].record = _record(0.85)  # below the 90% a study asks by default
+    entries[1].record = _record(0.85, cost_per_hour=1.79)  # below the 90% a study asks by default
     w = pick_winner(entries)
     assert w.name == "h100-b" and "lower ttft_p99" in w.note  # equal cost and GPUs: the lower TTFT p99
     assert pick_winner(entries, slo_target=0.8).name == "a100"
