@@ -18,14 +18,19 @@ from sim.study.schema import StudyError
 CONNECT_TIMEOUT_S = 30.0  # default wait for a Ray cluster at --address
 
 
-def _positive_seconds(text: str) -> float:
+def positive_number(text: str, what: str = "number") -> float:
+    """An argparse type: a positive, finite number."""
     try:
         value = float(text)
     except ValueError:
         value = 0.0
     if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a positive {what}, got {text!r}")
     return value
+
+
+def _positive_seconds(text: str) -> float:
+    return positive_number(text, "number of seconds")
 
 
 def _parse_sets(items: list[str]) -> dict:

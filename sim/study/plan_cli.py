@@ -7,7 +7,7 @@ from pathlib import Path
 
 from sim.cli.console import positive_int
 from sim.study import planner
-from sim.study.cli import _runner_args
+from sim.study.cli import _runner_args, positive_number
 
 SOURCE = "servesim plan"  # what a plan's messages name in place of a study file
 
@@ -20,13 +20,7 @@ EXAMPLES = """examples:
 
 
 def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
+    return positive_number(text)
 
 
 def register(sub) -> None:
@@ -63,7 +57,7 @@ def register(sub) -> None:
                    help="replay this trace (Azure format; --set workload.trace.format=... for others); "
                         "--rate rescales it")
     t = p.add_argument_group("how much to run")
-    t.add_argument("--seeds", type=positive_int, default=planner.DEFAULT_SEEDS, metavar="N",
+    t.add_argument("--seeds", type=positive_int, default=None, metavar="N",
                    help=f"seeds per configuration and rate (default {planner.DEFAULT_SEEDS}): intervals")
     t.add_argument("--duration", type=_positive_float, default=planner.DEFAULT_DURATION_S, metavar="S",
                    help=f"seconds of arrivals per run (default {planner.DEFAULT_DURATION_S:g})")

@@ -178,6 +178,19 @@ def _overrides(args, slo: Slo, trace: str | None) -> dict[str, Any]:
     return out
 
 
+def _rescalable(scenario: Path, trace: str | None) -> dict[str, Any]:
+    """The base scenario's trace without its ``time_scale``: the plan sets the trace's rate
+    (``workload.trace.rate``), and a trace takes one or the other."""
+    if trace:
+        return {}
+    from sim.scenario.load import read_scenario_file
+
+    base = (read_scenario_file(scenario).get("workload") or {}).get("trace")
+    if isinstance(base, dict) and "time_scale" in base:
+        return {"workload.trace": {k: v for k, v in base.items() if k != "time_scale"}}
+    return {}
+
+
 def _axes(args, sizing: bool) -> dict[str, list]:
     """The grid of what varies (one value: shared, not varied)."""
     axes: dict[str, list] = {}
@@ -251,7 +264,7 @@ def make_request(args) -> Request:
         raise _bad("--trace", args.trace, "no such trace file")
     sizing = not args.max_rate and not args.replicas and not args.pd
     shared, grid = _split(_axes(args, sizing))
-    sets = {**_overrides(args, slo, trace), **shared, **_parse_sets(args.set)}
+    sets = {**_overrides(args, slo, trace), **_rescalable(scenario, trace), **shared, **_parse_sets(args.set)}
     several_gpus = len(grid.get("hardware.gpu", [])) > 1
     if args.max_rate:
         kind = "max_rate"
@@ -268,7 +281,8 @@ def make_request(args) -> Request:
         raise _bad("--by", by, "ranks capacities: use it with --max-rate")
     cases = _pd_cases(parse_pd(args.pd)) if args.pd else []
     name = args.name or ("plan-max-rate" if args.max_rate else f"plan-{args.rate:g}rps")
-    return Request(kind, scenario, sets, grid, cases, _acceptance(slo), args.rate, by, args.seeds, sizing,
+    seeds = args.seeds or (DEFAULT_SEEDS if "seeds" in Study.model_fields else 1)
+    return Request(kind, scenario, sets, grid, cases, _acceptance(slo), args.rate, by, seeds, sizing,
                    bracket, name)
 
 
