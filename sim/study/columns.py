@@ -51,6 +51,7 @@ FIXED: dict[str, tuple[str, Callable]] = {
     "why": ("why not", str),
     "seeds": ("seeds", fmt.count),
     "capacity": ("max rate (req/s)", str),
+    "seed_max_rate": ("each seed's max rate (req/s)", fmt.num),
 }
 # Columns shown as the text of another: a capacity with its interval, "≥ X" or "< X".
 SHOWN_AS = {"max_rate": "capacity", "max_rate_meeting_slo": "capacity"}

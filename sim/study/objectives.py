@@ -116,8 +116,9 @@ def seed_runs_table(plan: Plan, searches: list[Search]) -> pd.DataFrame:
                 **_config_columns(plan, s.config), "rate": rate, "offered_rate": summary.get("offered_rate"),
                 "seed": plan.seed_of(plan.configs[s.config], s.seed), "key": rec.get("key"),
                 "status": rec.get("status"), "error": rec.get("error"),
-                "meets_slo": passes(acc, rec), "wall_s": rec.get("wall_s"),
-                **{k: summary.get(k) for k in SUMMARY_COLUMNS if k not in RATE_COLUMNS},
+                "meets_slo": passes(acc, rec), "why": judge([summary], [rec.get("status")], [rec.get("error")],
+                                                            acc.slo_target, dict(acc.limits))[1],
+                "wall_s": rec.get("wall_s"), **{k: summary.get(k) for k in SUMMARY_COLUMNS if k not in RATE_COLUMNS},
             })
     return _numeric(pd.DataFrame(rows))
 
@@ -205,7 +206,7 @@ def evaluate(plan: Plan, searches: list[Search]) -> Outcome:
     elif isinstance(obj, Cheapest):
         out = _cheapest(plan, runs, obj)
     else:
-        out = _curves(plan, runs, obj)
+        out = _curves(plan, runs, obj, searches)
     out.seed_runs, out.seeds = seed_runs_table(plan, searches), plan.seeds
     return out
 
@@ -332,8 +333,8 @@ def _max_rate(plan, searches, runs, obj: MaxRate) -> Outcome:
     units = {"max_rate": "req/s", "max_rate_per_gpu": "req/s per GPU",
              "max_rate_per_dollar": "requests per dollar"}
     note = (f"highest arrival rate with SLO attainment ≥ {obj.slo_target:.0%}{_limits_text(obj)}, "
-            f"ranked by {obj.rank_by} ({units[obj.rank_by]}); with several seeds, each seed's search "
-            "finds its own highest passing rate")
+            f"ranked by {obj.rank_by} ({units[obj.rank_by]})"
+            + ("; each seed's search finds its own highest passing rate" if plan.seeds > 1 else ""))
     return _finish(configs, obj.rank_by, note, runs, plan)
 
 
@@ -386,10 +387,20 @@ def default_pareto(plan: Plan) -> tuple[str, str]:
     return ("goodput_per_gpu", "ttft_p99")
 
 
-def _curves(plan, runs, obj: Curves) -> Outcome:
+def _per_seed_capacity(searches: list[Search], config: int, acc: Acceptance) -> list[float | None]:
+    """Each seed's highest rate whose own run passes (None: none passes)."""
+    out = []
+    for s in sorted((s for s in searches if s.config == config), key=lambda s: s.seed):
+        good = [r for r, rec in s.records.items() if r is not None and passes(acc, rec)]
+        out.append(max(good) if good else None)
+    return out
+
+
+def _curves(plan, runs, obj: Curves, searches: list[Search]) -> Outcome:
     """Each configuration's best ``rank_by`` among the rates that meet the SLO (never one that
     fails it), and its highest rate meeting it: ``≥ X`` when that is the top rate tried, ``< X``
-    when even the lowest fails."""
+    when even the lowest fails. With several seeds, ``seed_max_rate`` is the mean of each seed's
+    own highest passing rate, with its t interval (only when every seed passes at some rate)."""
     rows = []
     top, bottom = max(obj.rates), min(obj.rates)
     for c in plan.configs:
@@ -404,6 +415,9 @@ def _curves(plan, runs, obj: Curves) -> Outcome:
                "capacity": f"< {bottom:g}" if best_rate is None else
                f"≥ {top:g}" if best_rate == top else f"{best_rate:g}",
                "verdict": MEETS if len(good) else UNCERTAIN if (recs["verdict"] == UNCERTAIN).any() else "fails"}
+        per_seed = _per_seed_capacity(searches, c.index, obj)
+        if plan.seeds > 1 and None not in per_seed:
+            _with_interval(row, "seed_max_rate", per_seed, plan.seeds)
         if not len(good):
             lowest = _point(runs, c.index, bottom)
             row["why"] = (f"no rate meets the SLO; at {bottom:g} req/s: {lowest['why']}"
@@ -412,9 +426,8 @@ def _curves(plan, runs, obj: Curves) -> Outcome:
         if len(good) and metric in good and good[metric].notna().any():
             best = pick_best(good, metric)
             row |= {metric: best[metric], "at_rate": best["rate"], "offered_rate": best["offered_rate"]}
-            for suffix in ("_lo", "_hi"):
-                if f"{metric}{suffix}" in best:
-                    row[f"{metric}{suffix}"] = best[f"{metric}{suffix}"]
+            row |= {f"{m}{suffix}": best[f"{m}{suffix}"] for m in (metric, "offered_rate")
+                    for suffix in ("_lo", "_hi") if f"{m}{suffix}" in best}
         if "goodput_per_gpu" not in row:  # (the bars of goodput per GPU)
             row["goodput_per_gpu"] = float(good["goodput_per_gpu"].max()) if len(good) else None
         rows.append(row)

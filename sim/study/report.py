@@ -64,13 +64,13 @@ def answer_columns(run: StudyRun) -> list[str]:
     if isinstance(obj, MaxRate):
         configs = run.outcome.configs
         per_gpu = ["max_rate_per_gpu"] if "num_gpus" in configs and configs["num_gpus"].nunique() > 1 else []
-        return [*names, "max_rate", *per_gpu, "max_rate_per_dollar", *common, "offered_rate",
+        return [*names, "max_rate", "offered_rate", *per_gpu, "max_rate_per_dollar", *common,
                 "slo_attainment", "ttft_p99", "tpot_p99", "outcome", "why"]
     if isinstance(obj, Cheapest):
         return [*names, *common, "verdict", "rate", "offered_rate", "slo_attainment", "goodput_per_gpu",
                 "ttft_p99", "tpot_p99", "e2e_p99", "why"]
-    return [*names, obj.rank_by, "at_rate", "offered_rate", "max_rate_meeting_slo", *common, "pareto_points",
-            "why"]
+    return [*names, obj.rank_by, "at_rate", "offered_rate", "max_rate_meeting_slo", "seed_max_rate", *common,
+            "pareto_points", "why"]
 
 
 def headers(run: StudyRun) -> dict[str, str]:

@@ -100,6 +100,8 @@ def test_cheapest_is_chosen_on_the_interval(tmp_path):
     assert rows.loc[2, "offered_rate"] == pytest.approx(31.0)  # the realised rate beside the stated 30
     assert "on 3 seeds" in out.note
     assert sorted(out.seed_runs["seed"].unique()) == [0, 1, 2] and len(out.seed_runs) == 9
+    one = out.seed_runs.set_index(["replicas", "seed"])
+    assert one.loc[(1, 0), "why"] == "SLO attainment 85.0% < 90.0%" and not one.loc[(1, 0), "meets_slo"]
 
 
 def test_capacity_is_the_mean_of_each_seeds_highest_passing_rate(tmp_path):
@@ -176,3 +178,29 @@ def test_seeds_must_be_a_positive_whole_number(tmp_path):
     path = write_study(tmp_path, {"objective": {"kind": "cheapest"}, "seeds": 0}, SMALL)
     with pytest.raises(StudyError, match="seeds"):
         load_study(path)
+
+
+def test_curves_on_seeds_give_each_seeds_capacity_with_its_interval(tmp_path):
+    run = study(tmp_path, {"kind": "curves", "rates": [2, 4, 8, 9, 10, 11]}, fn=by_threshold())
+    best = run.outcome.best
+    per_seed = [8, 10, 9]  # each seed's highest passing rate among those tried
+    expected = interval(per_seed, "seed_max_rate")
+    assert (best["seed_max_rate"], best["seed_max_rate_lo"], best["seed_max_rate_hi"]) == pytest.approx(
+        (expected.mean, expected.lo, expected.hi))
+    assert best["capacity"] == "8"  # at 9 one seed of three fails: the interval straddles the target
+    at9 = run.outcome.runs.set_index("rate").loc[9]
+    assert at9["verdict"] == UNCERTAIN and at9["seeds"] == 3
+
+
+def test_a_dry_run_and_the_estimate_count_every_seed(tmp_path, capsys):
+    from sim.study.estimate import estimate
+
+    from .helpers import run_cli
+
+    path = write_study(tmp_path, {"vary": {"grid": {"replicas": [1, 2]}},
+                                  "objective": {"kind": "curves", "rates": [1, 2, 3]}}, SMALL)
+    code, text = run_cli(capsys, "study", path, "--dry-run", "--seeds", "4")
+    assert code == 0 and "2 configurations on 4 seed(s)" in text
+    study_ = load_study(path)
+    assert estimate(plan_study(study_, path), 1).runs == 6
+    assert estimate(plan_study(study_, path, seeds=4), 1).runs == 24
