@@ -15,6 +15,7 @@ import pandas as pd
 
 from sim.results.atomic import Staging, check_out_dir
 from sim.results.jsonsafe import json_safe
+from sim.results.queue import burst_figures
 from sim.results.write import FORMATS, TABLES, write_results
 from sim.study.intervals import METHOD, interval, seed_for, shown
 
@@ -22,7 +23,8 @@ from sim.study.intervals import METHOD, interval, seed_for, shown
 HEADLINE = ("slo_attainment", "goodput", "goodput_per_gpu", "offered_rate", "request_throughput",
             "output_token_throughput", "ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "tpot_p90", "tpot_p99",
             "itl_p50", "itl_p99", "e2e_p50", "e2e_p99", "queueing_delay_mean", "mean_batch_size",
-            "mean_kv_utilization", "preemptions", "rejected")
+            "mean_kv_utilization", "preemptions", "rejected", "peak_queue", "slo_attainment_in_bursts",
+            "slo_attainment_outside_bursts", "cost_per_hour", "cost_per_1m_output_tokens", "cost_per_1m_tokens")
 TOP_FILES = ("summary.json", "seeds.csv")
 
 
@@ -34,7 +36,8 @@ def intervals_document(name: str, seeds: list[int], summaries: list[dict]) -> di
     """summary.json of a run on several seeds: per headline metric, the mean, the 95 % interval
     and each seed's value."""
     figures = {}
-    for m in HEADLINE:
+    summaries = [{**s, **burst_figures(s)} for s in summaries]  # each burst's peak queue and recovery
+    for m in dict.fromkeys([*HEADLINE, *(k for s in summaries for k in burst_figures(s))]):
         values = [s.get(m) for s in summaries]
         iv = interval(values, m)
         if iv.n:

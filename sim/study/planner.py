@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from sim.study.intervals import UNCERTAIN
 from sim.study.schema import LATENCY_METRIC, Study, StudyError, study_from_dict
 
 DEFAULT_SEEDS = 3
@@ -151,12 +152,7 @@ def base_scenario(path: str | None) -> Path:
 def _seeded(study: dict, seeds: int) -> dict:
     """The one place the seed count goes into the study (``Study.seeds``: each configuration and
     rate on seeds seed, seed + 1, …, its figures with 95 % intervals)."""
-    if "seeds" in Study.model_fields:
-        return {**study, "seeds": seeds}
-    if seeds > 1:
-        raise _bad("--seeds", seeds, "this version of servesim runs each configuration on one seed; "
-                   "use --seeds 1")
-    return study
+    return {**study, "seeds": seeds}
 
 
 def _overrides(args, slo: Slo, trace: str | None) -> dict[str, Any]:
@@ -281,7 +277,7 @@ def make_request(args) -> Request:
         raise _bad("--by", by, "ranks capacities: use it with --max-rate")
     cases = _pd_cases(parse_pd(args.pd)) if args.pd else []
     name = args.name or ("plan-max-rate" if args.max_rate else f"plan-{args.rate:g}rps")
-    seeds = args.seeds or (DEFAULT_SEEDS if "seeds" in Study.model_fields else 1)
+    seeds = args.seeds or DEFAULT_SEEDS
     return Request(kind, scenario, sets, grid, cases, _acceptance(slo), args.rate, by, seeds, sizing,
                    bracket, name)
 
@@ -364,13 +360,9 @@ def write_plan_file(study: dict, out: Path) -> Path:
 
 def _value(b: dict, col: str) -> str:
     """A figure of the answer's row, with its 95 % interval when the study ran seeds."""
-    from sim.study.columns import cell
+    from sim.study.columns import row_cell
 
-    text = cell(col, b.get(col))
-    lo, hi = b.get(f"{col}_lo"), b.get(f"{col}_hi")
-    if not _missing(lo) and not _missing(hi):
-        text += f" [{cell(col, lo)}, {cell(col, hi)}]"
-    return text
+    return row_cell(b, col)
 
 
 def _gpus(b: dict) -> str:
@@ -392,7 +384,7 @@ def answer_text(run, req: Request) -> str:
 
     b = run.outcome.best
     seeds = getattr(run.plan, "seeds", 1)
-    on = f"on {seeds} seed{'s' * (seeds > 1)}" + (" (95% intervals in brackets)" if seeds > 1 else "")
+    on = f"on {seeds} seed{'s' * (seeds > 1)}" + (" (95% intervals in parentheses)" if seeds > 1 else "")
     if b is None:
         what = f"at {req.rate:g} req/s" if req.kind == "cheapest" else f"in {req.bracket[0]:g}–{req.bracket[1]:g} req/s"
         return f"answer: no configuration tried meets the SLO {what} ({on}); see the table above for why"
@@ -408,7 +400,19 @@ def answer_text(run, req: Request) -> str:
     figures = [f"{heading('slo_attainment')} {_value(b, 'slo_attainment')}"]
     figures += [f"{heading(k).removesuffix(' (ms)')} {_value(b, k)} ms" for k in req.acceptance.get("limits", {})
                 if k in b]
-    return f"{head}; {money}; {', '.join(figures)}; {on}"
+    return f"{head}; {money}; {', '.join(figures)}; {on}" + _uncertain(run, b)
+
+
+def _uncertain(run, b: dict) -> str:
+    """Cheaper configurations whose interval straddles a limit: more seeds would settle them."""
+    cfg = run.outcome.configs
+    if "verdict" not in cfg or "cost_per_hour" not in cfg:
+        return ""
+    cheaper = cfg[(cfg["verdict"] == UNCERTAIN) & (cfg["cost_per_hour"] < b["cost_per_hour"])]
+    if cheaper.empty:
+        return ""
+    return ("; uncertain at a lower $/h (the interval straddles a limit; more --seeds would settle it): "
+            + ", ".join(str(c) for c in cheaper["config"]))
 
 
 def sizing_text(sizing_run, req: Request) -> str:

@@ -7,6 +7,7 @@ Llama-3-8B, cheapest per 1M tokens under the SLO. Runs are short (20–60 s of a
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -17,14 +18,19 @@ from sim.study import planner
 
 REPO = Path(__file__).resolve().parents[2]
 AZURE = REPO.parent / "shared" / "traces" / "AzureLLMInferenceTrace_conv.csv"
-SEEDS = "1"  # seeds per configuration and rate in these tests
+SEEDS = "2"  # seeds per configuration and rate in these tests: each figure with its 95% interval
 RUN = ["--seeds", SEEDS, "--jobs", "2"]
 
 
-def _answer(text: str) -> str:
+def _answer(text: str, interval: bool = True) -> str:
+    """The plan's one-paragraph answer, checked to carry its seeds and its cost per 1M tokens (with
+    its interval: a trace's replay is the same on every seed, so its interval has no width)."""
     lines = [ln for ln in text.splitlines() if ln.startswith("answer: ") and "per 1M tokens" in ln]
     assert lines, text
-    return lines[-1]
+    line = lines[-1]
+    assert f"on {SEEDS} seeds (95% intervals in parentheses)" in line
+    assert bool(re.search(r"\$[0-9.]+ \(\$[0-9.]+–\$[0-9.]+\) per 1M tokens", line)) == interval, line
+    return line
 
 
 def _best(out: Path) -> dict:
@@ -62,7 +68,7 @@ def test_b_chunked_vs_continuous_on_the_azure_trace(tmp_path, capsys):
     assert main(["plan", "--max-rate", "--scenario", str(REPO / "scenarios" / "azure-conversation.yaml"),
                  "--policy", "continuous,chunked-prefill", "--slo", "ttft_p99=2s,tpot_p99=100ms",
                  "--bracket", "1,16", "--duration", "60", "--out", str(out), *RUN]) == 0
-    line = _answer(capsys.readouterr().out)
+    line = _answer(capsys.readouterr().out, interval=False)
     configs = pd.read_csv(out / "configs.csv").set_index("scheduler.policy")
     assert set(configs.index) == {"continuous", "chunked-prefill"}
     assert configs["max_rate"].notna().all()
@@ -87,9 +93,9 @@ def test_c_prefill_vs_decode_gpus_at_20_rps(tmp_path, capsys):
 
 
 def test_d_a_2x_burst_for_60_s_peak_queue_and_time_to_recover(tmp_path, capsys):
+    burst = [str(REPO / "scenarios" / "burst.yaml"), "--set", "workload.duration_s=200"]
     out = tmp_path / "d"
-    assert main(["run", str(REPO / "scenarios" / "burst.yaml"), "--set", "workload.duration_s=200",
-                 "--out", str(out)]) == 0
+    assert main(["run", *burst, "--out", str(out)]) == 0
     text = capsys.readouterr().out
     s = json.loads((out / "summary.json").read_text())["summary"]
     [b] = s["bursts"]
@@ -99,6 +105,15 @@ def test_d_a_2x_burst_for_60_s_peak_queue_and_time_to_recover(tmp_path, capsys):
     assert s["peak_queue"] == b["peak_queue"]
     assert "burst ×2 at 120–180 s" in text and "recovered" in text and "peak queue" in text
     assert s["cost_per_1m_tokens"] > 0 and "per 1M tokens with prompts" in text
+    # on seeds: the peak queue and the time to recover with their intervals, and the cost per token
+    out = tmp_path / "d-seeds"
+    assert main(["run", *burst, "--seeds", "3", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    figures = json.loads((out / "summary.json").read_text())["summary"]
+    for name in ("burst_1_peak_queue", "burst_1_time_to_recover_s", "cost_per_1m_tokens"):
+        f = figures[name]
+        assert len(f["values"]) == 3 and f["lo"] <= f["mean"] <= f["hi"] and name in text
+    assert figures["burst_1_peak_queue"]["values"][0] == b["peak_queue"]  # seed 0 is the run above
 
 
 def test_e_h100_h200_a100_for_llama3_8b_cheapest_per_1m_tokens(tmp_path, capsys):
