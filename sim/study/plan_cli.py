@@ -112,10 +112,18 @@ def cmd_plan(args) -> int:
                               f"(sizing results in {sout.resolve()}); try more GPUs per replica (--tp), "
                               "another GPU or a looser --slo", highlight=False)
             return 1
-    doc = planner.study_dict(req, {} if cases is not None else None, cases)
-    plan = plan_study(planner.load(doc, SOURCE), SOURCE)
-    _ask_if_large(plan, args, out, err_console)
-    run, paths = run_plan(plan, args, out, err_console)
+    for round_ in range(planner.MAX_ROUNDS + 1):
+        doc = planner.study_dict(req, {} if cases is not None else None, cases)
+        plan = plan_study(planner.load(doc, SOURCE), SOURCE)
+        if round_ == 0:
+            _ask_if_large(plan, args, out, err_console)
+        run, paths = run_plan(plan, args, out, err_console)
+        more = planner.more_cases(run, cases) if cases is not None and not run.interrupted else []
+        if not more:
+            break
+        say.print("also trying " + ", ".join(c["name"] for c in more) + " (the fewest replicas that meet the SLO "
+                  "must be bracketed by runs)", highlight=False, markup=False)
+        cases = [*cases, *more]
     planner.write_plan_file(doc, out)
     if data:
         print_study_data(run, args.format)

@@ -335,6 +335,56 @@ def sized_cases(sizing_run, req: Request) -> list[dict]:
     return cases
 
 
+MAX_ROUNDS = 8  # rounds of replica counts added after the sized ones (each reuses the runs before)
+
+
+def _layouts(cases: list[dict]) -> dict[str, tuple[str, int]]:
+    """Case name -> (its layout: everything but the replica count, its replica count)."""
+    out = {}
+    for c in cases:
+        rest = {k: v for k, v in c["set"].items() if k != "replicas"}
+        out[c["name"]] = (repr(sorted(rest.items())), int(c["set"]["replicas"]))
+    return out
+
+
+def more_cases(run, cases: list[dict]) -> list[dict]:
+    """Replica counts to try next so the answer is the fewest that meets the SLO: one fewer than
+    the fewest passing count of a layout (always for the answer's layout, else where it would
+    cost less than the answer), and one more than the most tried of a layout that never passed
+    where that would cost less than the answer. [] once every such neighbour has run."""
+    cfg = run.outcome.configs
+    if cfg.empty or "meets_slo" not in cfg:
+        return []
+    layouts = _layouts(cases)
+    best = run.outcome.best
+    best_cost = float(best["cost_per_hour"]) if best else math.inf
+    best_layout = layouts[best["config"]][0] if best else None
+    by_layout: dict[str, dict[int, tuple[bool, float, dict, str]]] = {}
+    for _, row in cfg.iterrows():
+        if row["config"] not in layouts:
+            continue
+        layout, n = layouts[row["config"]]
+        case = next(c for c in cases if c["name"] == row["config"])
+        by_layout.setdefault(layout, {})[n] = (bool(row.get("meets_slo")), float(row["cost_per_hour"]), case,
+                                               str(row.get("verdict")))
+    more = []
+    for layout, tried in by_layout.items():
+        passing = [n for n, t in tried.items() if t[0]]
+        if passing:
+            n = min(passing) - 1
+            cost = tried[min(passing)][1] * n / (n + 1)
+            wanted = n >= 1 and n not in tried and (layout == best_layout or cost < best_cost)
+        else:
+            n = max(tried) + 1
+            cost = tried[max(tried)][1] * n / (n - 1)
+            wanted = cost < best_cost and all(t[3] != UNCERTAIN for t in tried.values())
+        if wanted:
+            case = tried[min(passing) if passing else max(tried)][2]
+            name = re.sub(r"^\d+ ", f"{n} ", case["name"]) if case["name"][0].isdigit() else f"{n} replicas"
+            more.append({"name": name, "set": {**case["set"], "replicas": n}})
+    return more
+
+
 def _missing(v) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v))
 
