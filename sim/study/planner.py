@@ -155,14 +155,18 @@ def _seeded(study: dict, seeds: int) -> dict:
     return {**study, "seeds": seeds}
 
 
-def _overrides(args, slo: Slo, trace: str | None) -> dict[str, Any]:
-    """The fields every configuration shares: model, traffic, SLO."""
+def _overrides(args, slo: Slo, scenario: Path, trace: str | None) -> dict[str, Any]:
+    """The fields every configuration shares: traffic (a trace in place of the base's arrivals
+    and lengths), model, SLO."""
     out: dict[str, Any] = {}
+    if trace:
+        from sim.scenario.load import read_scenario_file
+
+        workload = read_scenario_file(scenario).get("workload") or {}
+        moot = ("trace", "arrival", "prompt_len", "output_len")
+        out["workload"] = {**{k: v for k, v in workload.items() if k not in moot}, "trace": {"path": trace}}
     if args.model:
         out["model"] = args.model
-    if trace:
-        out["workload.trace"] = {"path": trace}
-        out["workload.arrival"] = None
     if args.requests:
         out["workload.num_requests"] = args.requests
         out["workload.duration_s"] = None
@@ -260,7 +264,7 @@ def make_request(args) -> Request:
         raise _bad("--trace", args.trace, "no such trace file")
     sizing = not args.max_rate and not args.replicas and not args.pd
     shared, grid = _split(_axes(args, sizing))
-    sets = {**_overrides(args, slo, trace), **_rescalable(scenario, trace), **shared, **_parse_sets(args.set)}
+    sets = {**_overrides(args, slo, scenario, trace), **_rescalable(scenario, trace), **shared, **_parse_sets(args.set)}
     several_gpus = len(grid.get("hardware.gpu", [])) > 1
     if args.max_rate:
         kind = "max_rate"

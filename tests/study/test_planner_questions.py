@@ -162,3 +162,37 @@ def test_slo_and_replica_counts():
     assert planner.replica_counts(50, 40, "above_bracket") == [1]
     assert planner.replica_counts(None, 40, "below_bracket") == []
     assert planner.parse_ints("1-3,8", "--tp") == [1, 2, 3, 8]
+
+
+def test_plan_replays_a_trace_at_the_rate_asked(tmp_path, capsys):
+    trace = tmp_path / "t.csv"
+    rows = [f"2023-11-16 18:15:{i // 10:02d}.{i % 10}00000,{200 + 37 * i % 900},{20 + 13 * i % 200}"
+            for i in range(120)]
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "\n".join(rows) + "\n")
+    out = tmp_path / "t"
+    assert main(["plan", "--trace", str(trace), "--rate", "4", "--replicas", "1,2", "--slo", "ttft_p99=1s",
+                 "--requests", "60", "--seeds", "1", "--out", str(out), "--jobs", "1"]) == 0
+    assert "meets the SLO at 4 req/s" in capsys.readouterr().out
+    runs = pd.read_csv(out / "runs.csv")
+    assert runs["offered_rate"].round().eq(4).all() and runs["requests"].eq(60).all()
+    assert _best(out)["replicas"] == 1  # the cheaper of two that both meet a loose SLO
+
+
+class _Run:
+    def __init__(self, rows, best):
+        self.outcome = type("O", (), {"configs": pd.DataFrame(rows), "best": best})()
+
+
+def test_more_cases_brackets_the_fewest_replicas():
+    def case(n, tp):
+        return {"name": f"{n} × (tp={tp})", "set": {"hardware.tp": tp, "replicas": n}}
+
+    cases = [case(7, 4), case(8, 4), case(4, 8)]
+    rows = [{"config": c["name"], "meets_slo": ok, "cost_per_hour": cost, "verdict": v}
+            for c, ok, cost, v in ((cases[0], True, 70.0, "meets"), (cases[1], True, 80.0, "meets"),
+                                   (cases[2], False, 80.0, "fails"))]
+    more = planner.more_cases(_Run(rows, rows[0]), cases)
+    # 6 × TP 4 has not run (the answer's neighbour); 5 × TP 8 would cost 100 $/h, more than the answer
+    assert more == [case(6, 4)]
+    rows.append({"config": "6 × (tp=4)", "meets_slo": False, "cost_per_hour": 60.0, "verdict": "fails"})
+    assert planner.more_cases(_Run(rows, rows[0]), [*cases, case(6, 4)]) == []
