@@ -82,6 +82,9 @@ def write_results(result, out_dir: str | Path, fmt: str = "parquet", workload=No
                 if other != fmt:
                     st.remove(f"{name}.{other}")
             paths[name] = st.final(f"{name}.{fmt}")
+        for old in Path(out_dir).glob("seed-*"):  # an earlier run's on several seeds (--seeds)
+            st.remove(old.name, folder=True)
+        st.remove("seeds.csv")
         st.file("summary.json").write_text(json.dumps(summary_document(result, workload), indent=2))
         paths["summary"] = st.final("summary.json")
         write_report(result, st.file("report.html"), plotly)

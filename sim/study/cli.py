@@ -18,13 +18,14 @@ from sim.study.schema import StudyError
 CONNECT_TIMEOUT_S = 30.0  # default wait for a Ray cluster at --address
 
 
-def _positive_seconds(text: str) -> float:
+def positive_number(text: str, what: str = "number") -> float:
+    """An argparse type: a positive, finite number."""
     try:
         value = float(text)
     except ValueError:
         value = 0.0
     if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a positive {what}, got {text!r}")
     return value
 
 
@@ -36,6 +37,10 @@ def _fraction(text: str) -> float:
     if not 0 < value <= 1:
         raise argparse.ArgumentTypeError(f"expected a share between 0 and 1, e.g. 0.9, got {text!r}")
     return value
+
+
+def _positive_seconds(text: str) -> float:
+    return positive_number(text, "number of seconds")
 
 
 def _parse_sets(items: list[str]) -> dict:
@@ -119,6 +124,10 @@ def register(sub) -> None:
                     help="ignore runs already in the output folder (default: resume)")
     st.add_argument("--retry-failed", action="store_true",
                     help="run again the runs that failed last time")
+    st.add_argument("--seeds", type=positive_int, default=None, metavar="N",
+                    help="run every configuration and rate on N seeds (the scenario's seed, seed+1, ...): "
+                         "figures are means with 95%% intervals and the SLO is judged on the interval "
+                         "(default: the study's seeds, else 1)")
     st.add_argument("--dry-run", action="store_true",
                     help="validate and list the configurations, run nothing")
     st.add_argument("--yes", "-y", action="store_true",
@@ -160,10 +169,10 @@ def cmd_study(args) -> int:
 
     study = load_study(args.study)
     _check_runner_args(args, args.png or study.report.png)
-    plan = plan_study(study, args.study, _parse_sets(args.set))
+    plan = plan_study(study, args.study, _parse_sets(args.set), args.seeds)
     if args.dry_run:
         t = Table("#", "configuration", "GPUs", "$/h", "note", title=f"{plan.name}: "
-                  f"{len(plan.configs)} configurations, objective {study.objective.kind}")
+                  f"{len(plan.configs)} configurations on {plan.seeds} seed(s), objective {study.objective.kind}")
         rows = [[str(c.index), c.label, str(c.num_gpus), f"{c.cost_per_hour:.2f}",
                  f"skipped: {c.skipped}" if c.skipped else ""] for c in plan.configs]
         print_rows(t, rows, args.format)
@@ -280,7 +289,7 @@ def print_answer(run, console, limit: int = 20) -> None:
     table on a terminal, plain rows when piped."""
     from sim.cli.console import print_block, print_rows
     from sim.results.summary_view import Block
-    from sim.study.columns import cell, heading
+    from sim.study.columns import heading, row_cell
     from sim.study.report import answer_columns, answer_lines, gpu_readings, headers
 
     out = run.outcome
@@ -289,7 +298,7 @@ def print_answer(run, console, limit: int = 20) -> None:
     best = out.best["config"] if out.best else None
     rows = []
     for _, row in out.configs.head(limit).iterrows():
-        cells = [cell(c, row[c]) for c in cols]
+        cells = [row_cell(row, c) for c in cols]
         cells[0] = ("★ " if row["config"] == best else "  ") + cells[0]
         rows.append(cells)
     print_rows(Table(*(heading(c, names) for c in cols), title=f"{run.plan.name}: {out.note}"), rows)
@@ -315,17 +324,20 @@ def print_study_data(run, fmt: str) -> None:
     import json
     import sys
 
-    from sim.results.metrics import ms_keys
+    from sim.study.intervals import ms_table
     from sim.study.report import answer_columns
 
     out = run.outcome
-    cols = ["config", *[c for c in answer_columns(run) if c in out.configs and c != "config"]]
+    shown = [c for c in answer_columns(run) if c in out.configs and c != "config"]
+    extra = [x for c in shown for x in (f"{c}_lo", f"{c}_hi") if x in out.configs]
+    cols = ["config", *shown, *extra, *[c for c in ("capacity", "seeds") if c in out.configs and c not in shown]]
     if fmt == "csv":
-        ms_keys(out.configs[cols]).to_csv(sys.stdout, index=False)
+        ms_table(out.configs[cols]).to_csv(sys.stdout, index=False)
         return
-    best = _records(ms_keys(out.configs[out.configs["config"] == out.best["config"]]))[0] if out.best else None
-    print(json.dumps({"study": run.plan.name, "objective": run.plan.study.objective.kind, "note": out.note,
-                      "best": best, "configs": _records(ms_keys(out.configs[cols]))}, indent=2))
+    best = _records(ms_table(out.configs[out.configs["config"] == out.best["config"]]))[0] if out.best else None
+    print(json.dumps({"study": run.plan.name, "objective": run.plan.study.objective.kind, "seeds": out.seeds,
+                      "note": out.note,
+                      "best": best, "configs": _records(ms_table(out.configs[cols]))}, indent=2))
 
 
 def cmd_compare(args) -> int:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from sim.cli.console import positive_int
 from sim.study import planner
-from sim.study.cli import _runner_args
+from sim.study.cli import _runner_args, positive_number
 
 SOURCE = "servesim plan"  # what a plan's messages name in place of a study file
 
@@ -20,13 +20,7 @@ EXAMPLES = """examples:
 
 
 def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
+    return positive_number(text)
 
 
 def register(sub) -> None:
@@ -63,7 +57,7 @@ def register(sub) -> None:
                    help="replay this trace (Azure format; --set workload.trace.format=... for others); "
                         "--rate rescales it")
     t = p.add_argument_group("how much to run")
-    t.add_argument("--seeds", type=positive_int, default=planner.DEFAULT_SEEDS, metavar="N",
+    t.add_argument("--seeds", type=positive_int, default=None, metavar="N",
                    help=f"seeds per configuration and rate (default {planner.DEFAULT_SEEDS}): intervals")
     t.add_argument("--duration", type=_positive_float, default=planner.DEFAULT_DURATION_S, metavar="S",
                    help=f"seconds of arrivals per run (default {planner.DEFAULT_DURATION_S:g})")
@@ -118,10 +112,18 @@ def cmd_plan(args) -> int:
                               f"(sizing results in {sout.resolve()}); try more GPUs per replica (--tp), "
                               "another GPU or a looser --slo", highlight=False)
             return 1
-    doc = planner.study_dict(req, {} if cases is not None else None, cases)
-    plan = plan_study(planner.load(doc, SOURCE), SOURCE)
-    _ask_if_large(plan, args, out, err_console)
-    run, paths = run_plan(plan, args, out, err_console)
+    for round_ in range(planner.MAX_ROUNDS + 1):
+        doc = planner.study_dict(req, {} if cases is not None else None, cases)
+        plan = plan_study(planner.load(doc, SOURCE), SOURCE)
+        if round_ == 0:
+            _ask_if_large(plan, args, out, err_console)
+        run, paths = run_plan(plan, args, out, err_console)
+        more = planner.more_cases(run, cases) if cases is not None and not run.interrupted else []
+        if not more:
+            break
+        say.print("also trying " + ", ".join(c["name"] for c in more) + " (the fewest replicas that meet the SLO "
+                  "must be bracketed by runs)", highlight=False, markup=False)
+        cases = [*cases, *more]
     planner.write_plan_file(doc, out)
     if data:
         print_study_data(run, args.format)

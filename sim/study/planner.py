@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from sim.study.intervals import UNCERTAIN
 from sim.study.schema import LATENCY_METRIC, Study, StudyError, study_from_dict
 
 DEFAULT_SEEDS = 3
@@ -151,22 +152,21 @@ def base_scenario(path: str | None) -> Path:
 def _seeded(study: dict, seeds: int) -> dict:
     """The one place the seed count goes into the study (``Study.seeds``: each configuration and
     rate on seeds seed, seed + 1, …, its figures with 95 % intervals)."""
-    if "seeds" in Study.model_fields:
-        return {**study, "seeds": seeds}
-    if seeds > 1:
-        raise _bad("--seeds", seeds, "this version of servesim runs each configuration on one seed; "
-                   "use --seeds 1")
-    return study
+    return {**study, "seeds": seeds}
 
 
-def _overrides(args, slo: Slo, trace: str | None) -> dict[str, Any]:
-    """The fields every configuration shares: model, traffic, SLO."""
+def _overrides(args, slo: Slo, scenario: Path, trace: str | None) -> dict[str, Any]:
+    """The fields every configuration shares: traffic (a trace in place of the base's arrivals
+    and lengths), model, SLO."""
     out: dict[str, Any] = {}
+    if trace:
+        from sim.scenario.load import read_scenario_file
+
+        workload = read_scenario_file(scenario).get("workload") or {}
+        moot = ("trace", "arrival", "prompt_len", "output_len")
+        out["workload"] = {**{k: v for k, v in workload.items() if k not in moot}, "trace": {"path": trace}}
     if args.model:
         out["model"] = args.model
-    if trace:
-        out["workload.trace"] = {"path": trace}
-        out["workload.arrival"] = None
     if args.requests:
         out["workload.num_requests"] = args.requests
         out["workload.duration_s"] = None
@@ -176,6 +176,19 @@ def _overrides(args, slo: Slo, trace: str | None) -> dict[str, Any]:
     for name, seconds in slo.per_request.items():
         out[f"slo.{name}_s"] = seconds
     return out
+
+
+def _rescalable(scenario: Path, trace: str | None) -> dict[str, Any]:
+    """The base scenario's trace without its ``time_scale``: the plan sets the trace's rate
+    (``workload.trace.rate``), and a trace takes one or the other."""
+    if trace:
+        return {}
+    from sim.scenario.load import read_scenario_file
+
+    base = (read_scenario_file(scenario).get("workload") or {}).get("trace")
+    if isinstance(base, dict) and "time_scale" in base:
+        return {"workload.trace": {k: v for k, v in base.items() if k != "time_scale"}}
+    return {}
 
 
 def _axes(args, sizing: bool) -> dict[str, list]:
@@ -251,7 +264,7 @@ def make_request(args) -> Request:
         raise _bad("--trace", args.trace, "no such trace file")
     sizing = not args.max_rate and not args.replicas and not args.pd
     shared, grid = _split(_axes(args, sizing))
-    sets = {**_overrides(args, slo, trace), **shared, **_parse_sets(args.set)}
+    sets = {**_overrides(args, slo, scenario, trace), **_rescalable(scenario, trace), **shared, **_parse_sets(args.set)}
     several_gpus = len(grid.get("hardware.gpu", [])) > 1
     if args.max_rate:
         kind = "max_rate"
@@ -268,7 +281,8 @@ def make_request(args) -> Request:
         raise _bad("--by", by, "ranks capacities: use it with --max-rate")
     cases = _pd_cases(parse_pd(args.pd)) if args.pd else []
     name = args.name or ("plan-max-rate" if args.max_rate else f"plan-{args.rate:g}rps")
-    return Request(kind, scenario, sets, grid, cases, _acceptance(slo), args.rate, by, args.seeds, sizing,
+    seeds = args.seeds or DEFAULT_SEEDS
+    return Request(kind, scenario, sets, grid, cases, _acceptance(slo), args.rate, by, seeds, sizing,
                    bracket, name)
 
 
@@ -325,6 +339,56 @@ def sized_cases(sizing_run, req: Request) -> list[dict]:
     return cases
 
 
+MAX_ROUNDS = 8  # rounds of replica counts added after the sized ones (each reuses the runs before)
+
+
+def _layouts(cases: list[dict]) -> dict[str, tuple[str, int]]:
+    """Case name -> (its layout: everything but the replica count, its replica count)."""
+    out = {}
+    for c in cases:
+        rest = {k: v for k, v in c["set"].items() if k != "replicas"}
+        out[c["name"]] = (repr(sorted(rest.items())), int(c["set"]["replicas"]))
+    return out
+
+
+def more_cases(run, cases: list[dict]) -> list[dict]:
+    """Replica counts to try next so the answer is the fewest that meets the SLO: one fewer than
+    the fewest passing count of a layout (always for the answer's layout, else where it would
+    cost less than the answer), and one more than the most tried of a layout that never passed
+    where that would cost less than the answer. [] once every such neighbour has run."""
+    cfg = run.outcome.configs
+    if cfg.empty or "meets_slo" not in cfg:
+        return []
+    layouts = _layouts(cases)
+    best = run.outcome.best
+    best_cost = float(best["cost_per_hour"]) if best else math.inf
+    best_layout = layouts[best["config"]][0] if best else None
+    by_layout: dict[str, dict[int, tuple[bool, float, dict, str]]] = {}
+    for _, row in cfg.iterrows():
+        if row["config"] not in layouts:
+            continue
+        layout, n = layouts[row["config"]]
+        case = next(c for c in cases if c["name"] == row["config"])
+        by_layout.setdefault(layout, {})[n] = (bool(row.get("meets_slo")), float(row["cost_per_hour"]), case,
+                                               str(row.get("verdict")))
+    more = []
+    for layout, tried in by_layout.items():
+        passing = [n for n, t in tried.items() if t[0]]
+        if passing:
+            n = min(passing) - 1
+            cost = tried[min(passing)][1] * n / (n + 1)
+            wanted = n >= 1 and n not in tried and (layout == best_layout or cost < best_cost)
+        else:
+            n = max(tried) + 1
+            cost = tried[max(tried)][1] * n / (n - 1)
+            wanted = cost < best_cost and all(t[3] != UNCERTAIN for t in tried.values())
+        if wanted:
+            case = tried[min(passing) if passing else max(tried)][2]
+            name = re.sub(r"^\d+ ", f"{n} ", case["name"]) if case["name"][0].isdigit() else f"{n} replicas"
+            more.append({"name": name, "set": {**case["set"], "replicas": n}})
+    return more
+
+
 def _missing(v) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v))
 
@@ -350,13 +414,9 @@ def write_plan_file(study: dict, out: Path) -> Path:
 
 def _value(b: dict, col: str) -> str:
     """A figure of the answer's row, with its 95 % interval when the study ran seeds."""
-    from sim.study.columns import cell
+    from sim.study.columns import row_cell
 
-    text = cell(col, b.get(col))
-    lo, hi = b.get(f"{col}_lo"), b.get(f"{col}_hi")
-    if not _missing(lo) and not _missing(hi):
-        text += f" [{cell(col, lo)}, {cell(col, hi)}]"
-    return text
+    return row_cell(b, col)
 
 
 def _gpus(b: dict) -> str:
@@ -378,7 +438,7 @@ def answer_text(run, req: Request) -> str:
 
     b = run.outcome.best
     seeds = getattr(run.plan, "seeds", 1)
-    on = f"on {seeds} seed{'s' * (seeds > 1)}" + (" (95% intervals in brackets)" if seeds > 1 else "")
+    on = f"on {seeds} seed{'s' * (seeds > 1)}" + (" (95% intervals in parentheses)" if seeds > 1 else "")
     if b is None:
         what = f"at {req.rate:g} req/s" if req.kind == "cheapest" else f"in {req.bracket[0]:g}–{req.bracket[1]:g} req/s"
         return f"answer: no configuration tried meets the SLO {what} ({on}); see the table above for why"
@@ -394,7 +454,19 @@ def answer_text(run, req: Request) -> str:
     figures = [f"{heading('slo_attainment')} {_value(b, 'slo_attainment')}"]
     figures += [f"{heading(k).removesuffix(' (ms)')} {_value(b, k)} ms" for k in req.acceptance.get("limits", {})
                 if k in b]
-    return f"{head}; {money}; {', '.join(figures)}; {on}"
+    return f"{head}; {money}; {', '.join(figures)}; {on}" + _uncertain(run, b)
+
+
+def _uncertain(run, b: dict) -> str:
+    """Cheaper configurations whose interval straddles a limit: more seeds would settle them."""
+    cfg = run.outcome.configs
+    if "verdict" not in cfg or "cost_per_hour" not in cfg:
+        return ""
+    cheaper = cfg[(cfg["verdict"] == UNCERTAIN) & (cfg["cost_per_hour"] < b["cost_per_hour"])]
+    if cheaper.empty:
+        return ""
+    return ("; uncertain at a lower $/h (the interval straddles a limit; more --seeds would settle it): "
+            + ", ".join(str(c) for c in cheaper["config"]))
 
 
 def sizing_text(sizing_run, req: Request) -> str:

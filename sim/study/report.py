@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import plotly.graph_objects as go
 
-from sim.results import plotlyjs
+from sim.results import fmt, plotlyjs
 from sim.results.atomic import Staging
 from sim.results.chart import Chart
 from sim.results.fmt import numeric
@@ -18,9 +18,9 @@ from sim.results.jsonsafe import json_safe as _clean
 from sim.results.plotstyle import config_colors as colors_of
 from sim.results.report import figure_html, page
 from sim.study import figures
-from sim.study.columns import cell, heading
+from sim.study.columns import cell, heading, row_cell
 from sim.study.driver import StudyRun
-from sim.study.objectives import default_pareto
+from sim.study.objectives import default_pareto, seeds_text
 from sim.study.overrides import get_path, short_names
 from sim.study.schema import Cheapest, Curves, MaxRate
 
@@ -39,7 +39,7 @@ def table_html(df: pd.DataFrame, columns: list[str], limit: int = 200,
     """The rows of ``df`` under readable headings with units; the ``best`` config's row bold
     with ★."""
     cols = [c for c in columns if c in df]
-    texts = [[cell(c, r[c]) for c in cols] for _, r in df.head(limit).iterrows()]
+    texts = [[row_cell(r, c) for c in cols] for _, r in df.head(limit).iterrows()]
     configs = list(df["config"].head(limit)) if "config" in df else [None] * len(texts)
     right = [bool(texts) and all(numeric(t[i]) or t[i] in ("✓", "✗") for t in texts) for i in range(len(cols))]
     align = ["right" if r else "left" for r in right]
@@ -64,12 +64,13 @@ def answer_columns(run: StudyRun) -> list[str]:
     if isinstance(obj, MaxRate):
         configs = run.outcome.configs
         per_gpu = ["max_rate_per_gpu"] if "num_gpus" in configs and configs["num_gpus"].nunique() > 1 else []
-        return [*names, "max_rate", *per_gpu, "max_rate_per_dollar", *common,
-                "slo_attainment", "ttft_p99", "tpot_p99", "outcome"]
+        return [*names, "max_rate", "offered_rate", *per_gpu, "max_rate_per_dollar", *common,
+                "slo_attainment", "ttft_p99", "tpot_p99", "outcome", "why"]
     if isinstance(obj, Cheapest):
-        return [*names, *common, "meets_slo", "slo_attainment", "goodput_per_gpu",
-                "ttft_p99", "tpot_p99", "e2e_p99"]
-    return [*names, obj.rank_by, "at_rate", "max_rate_meeting_slo", *common, "pareto_points"]
+        return [*names, *common, "verdict", "rate", "offered_rate", "slo_attainment", "goodput_per_gpu",
+                "ttft_p99", "tpot_p99", "e2e_p99", "why"]
+    return [*names, obj.rank_by, "at_rate", "offered_rate", "max_rate_meeting_slo", "seed_max_rate", *common,
+            "pareto_points", "why"]
 
 
 def headers(run: StudyRun) -> dict[str, str]:
@@ -84,8 +85,9 @@ def answer_lines(run: StudyRun) -> list[tuple[str, str]]:
         return []
     names = headers(run)
     lines = [(heading(c, names), cell(c, b.get(c))) for c in run.plan.swept]
-    lines += [(heading(c), cell(c, b.get(c))) for c in answer_columns(run)
-              if c in b and c not in run.plan.swept and c != "config"]
+    lines += [(heading(c), row_cell(b, c)) for c in answer_columns(run)
+              if c in b and c not in run.plan.swept and c != "config" and not fmt.missing(b.get(c))
+              and b.get(c) != ""]
     if b.get("outcome") == "above_bracket":
         lines.append(("note", "passes at the top of the bracket: raise objective.bracket"))
     return lines
@@ -221,6 +223,7 @@ def base_rows(run: StudyRun) -> list[tuple[str, str]]:
     limits = ", ".join(f"{heading(k)} ≤ {cell(k, v)}" for k, v in obj.limits.items())
     rows.append(("meets the SLO when", f"≥ {obj.slo_target:.0%} of requests within it" + (f", and {limits}"
                                                                                          if limits else "")))
+    rows.append(("seeds", seeds_text(plan.seeds).removeprefix("on ")))
     short = headers(run)
     rows.append(("varies", "; ".join(f if short.get(f, f) == f else f"{short[f]} ({f})" for f in plan.swept)
                  or "nothing"))
@@ -252,7 +255,8 @@ def write_report(run: StudyRun, path: Path, figs: dict[str, tuple[str, go.Figure
     return path
 
 
-STUDY_FILES = ("runs.csv", "runs.parquet", "configs.csv", "configs.parquet", "answer.json",
+STUDY_FILES = ("runs.csv", "runs.parquet", "seed_runs.csv", "seed_runs.parquet", "configs.csv", "configs.parquet",
+               "answer.json",
                "report.html", "runs.jsonl", plotlyjs.FILE)
 
 
@@ -260,20 +264,26 @@ def write_outputs(run: StudyRun, out_dir: str | Path, png: bool = False, plotly:
     """Write the tables, the answer and the report (all renamed into place together, so the
     folder never mixes two studies' outputs); returns what was written."""
     answer = {
-        "study": run.plan.name, "objective": run.plan.study.objective.kind,
+        "study": run.plan.name, "objective": run.plan.study.objective.kind, "seeds": run.outcome.seeds,
         "note": run.outcome.note, "interrupted": run.interrupted,
         "best": None if run.outcome.best is None
         else {k: _clean(v) for k, v in run.outcome.best.items()},
         "runs": run.progress.done, "failed": run.progress.failed,
         "reused": run.progress.reused, "wall_s": run.wall_s,
     }
-    from sim.results.metrics import ms_keys
+    from sim.study.intervals import ms_table
 
     figs = build_figures(run)
     run.warnings = []
     with Staging(out_dir) as st:
-        for name, df in (("runs", run.outcome.runs), ("configs", run.outcome.configs)):
-            ms_keys(df).to_csv(st.file(f"{name}.csv"), index=False)  # latencies in ms (parquet: seconds)
+        tables = [("runs", run.outcome.runs), ("configs", run.outcome.configs)]
+        if run.outcome.seeds > 1:  # every run on its own; runs.* combine each point's seeds
+            tables.append(("seed_runs", run.outcome.seed_runs))
+        else:
+            st.remove("seed_runs.csv")
+            st.remove("seed_runs.parquet")
+        for name, df in tables:
+            ms_table(df).to_csv(st.file(f"{name}.csv"), index=False)  # latencies in ms (parquet: seconds)
             df.to_parquet(st.file(f"{name}.parquet"), index=False)
         st.file("answer.json").write_text(json.dumps(answer, indent=2, default=str))
         write_report(run, st.file("report.html"), figs, plotly)

@@ -15,6 +15,7 @@ from pydantic import (
     Field,
     NonNegativeFloat,
     PositiveFloat,
+    PositiveInt,
     ValidationError,
     field_validator,
     model_validator,
@@ -192,6 +193,9 @@ class Study(Strict):
     # skip it and say so in the tables, or stop the study with an error.
     infeasible: Literal["skip", "error"] = "skip"
     report: ReportOptions = ReportOptions()
+    # Runs per configuration and rate: the scenario's seed, seed + 1, ...; figures are means with
+    # a 95 % interval over them and the SLO is judged on the interval (sim.study.intervals).
+    seeds: PositiveInt = 1
     # Scenario fields (dotted paths) this study needs; a simulator without them stops the
     # study with a message saying so, rather than "unknown field".
     requires: list[str] = []
