@@ -120,3 +120,17 @@ def test_study_and_compare_say_which_card_an_ambiguous_gpu_name_means(tmp_path, 
     assert code == 0
     assert "H100 read as H100-SXM" in (tmp_path / "c" / "report.html").read_text()
     assert set(pd.read_csv(tmp_path / "c" / "summary.csv")["gpu"]) == {"H100-SXM"}
+
+
+def test_compare_as_data_carries_the_winner_and_nothing_else_on_stdout(tmp_path, capsys):
+    import json
+
+    from sim.cli.app import main
+
+    small = {**SMALL, "workload": {**SMALL["workload"], "num_requests": 20}}
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump({**small, "name": name}))
+    assert main(["compare", str(tmp_path / "a.yaml"), str(tmp_path / "b.yaml"), "--out", str(tmp_path / "c"),
+                 "--jobs", "1", "--format", "json"]) == 0
+    records = json.loads(capsys.readouterr().out)  # stdout is the data alone
+    assert [r["winner"] for r in records] == [True, False]  # equal on every count: the first given
