@@ -241,6 +241,9 @@ def print_compare(entries: list[Entry], fmt: str, winner: Winner) -> None:
     else:
         head, rows = metric_rows(frame, winner.name)
         print_rows(Table(*head, title="compare"), rows)
+        readings = {r.hardware.gpu_resolution for e in entries for r in e.scenario.replica_specs}
+        for line in sorted(g for g in readings if g):  # which card an H100 or A100 was read as
+            print(line)
         print(winner.note)
 
 

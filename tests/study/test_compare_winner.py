@@ -117,7 +117,7 @@ def test_study_and_compare_say_which_card_an_ambiguous_gpu_name_means(tmp_path, 
     (tmp_path / "h.yaml").write_text(yaml.safe_dump({**small, "name": "h", "hardware": {"gpu": "H100"}}))
     code, text = run_cli(capsys, "compare", tmp_path / "h.yaml", tmp_path / "base.yaml", "--out", tmp_path / "c",
                          "--jobs", "1")
-    assert code == 0
+    assert code == 0 and "H100 read as H100-SXM; write H100-PCIe or H100-NVL" in text
     assert "H100 read as H100-SXM" in (tmp_path / "c" / "report.html").read_text()
     assert set(pd.read_csv(tmp_path / "c" / "summary.csv")["gpu"]) == {"H100-SXM"}
 
