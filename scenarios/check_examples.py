@@ -113,6 +113,14 @@ def policies(ex: Example) -> None:
     ex.check("static batching for almost none (< 20%)", att(st) < 0.2, got)
     ex.check("continuous stalls decodes: its TPOT p99 > 1.5 × chunked's", k["tpot_p99"] > 1.5 * c["tpot_p99"],
              f"{ms(k['tpot_p99'])} vs {ms(c['tpot_p99'])}")
+    from sim.study.compare import load_entries, pick_winner, run_entries
+    from sim.study.runners import SerialRunner
+
+    entries = load_entries([str(SCENARIOS / f"policy-{p}.yaml") for p in ("chunked-prefill", "continuous", "static")],
+                           {}, same_traffic=True)
+    run_entries(entries, SerialRunner())
+    ex.check("compare marks chunked prefill ★ the winner", pick_winner(entries).name == "policy-chunked-prefill",
+             pick_winner(entries).note)
 
 
 def azure_conversation(ex: Example) -> None:

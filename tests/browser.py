@@ -8,7 +8,9 @@ import subprocess
 from pathlib import Path
 
 # Collects uncaught errors and console.error calls, then, once the page has loaded, writes
-# what it found (plots, drawn plots, traces per plot, errors) into the DOM for --dump-dom.
+# what it found (plots, drawn plots, and per plot: traces, marks drawn, ★ shown, legend entries,
+# shapes drawn; errors)
+# into the DOM for --dump-dom.
 PROBE = """<script>
 window.__errors = [];
 window.addEventListener('error', e => window.__errors.push('uncaught: ' + e.message));
@@ -23,6 +25,9 @@ window.addEventListener('load', () => setTimeout(() => {
     traces: plots.map(p => (p._fullData || []).length),
     marks: plots.map(p => p.querySelectorAll('path.point, path.js-line, g.hm image, ' +
                                             'g.heatmaplayer image, path.bar, g.point').length),
+    stars: plots.map(p => (p.textContent.match(/\u2605/g) || []).length),
+    legends: plots.map(p => [...p.querySelectorAll('.legendtext')].map(t => t.textContent)),
+    shapes: plots.map(p => p.querySelectorAll('.shapelayer path').length),
     errors: window.__errors,
   };
   const pre = document.createElement('pre');

@@ -22,6 +22,8 @@ def cmd_run(args) -> int:
     from sim.traffic import build_workload
 
     scenario = load_scenario(args.scenario, args.set)
+    if args.seeds > 1 and args.profile_sim:
+        raise InputError("--profile-sim", None, "profiles one run; leave out --seeds")
     workload = build_workload(scenario)  # reads and checks traces before anything runs
     check_results_dir(args.out, args.format)  # and the output folder
     if not args.profile_sim and prebuild.should_interpret_first_run(scenario.simulation.loop, len(workload)):
@@ -37,6 +39,10 @@ def cmd_run(args) -> int:
     profile_checks.check_scenario(scenario)  # a cost profile measured on what the scenario simulates
 
     settle()
+    if args.seeds > 1:
+        from sim.cli.seeds import run_on_seeds
+
+        return run_on_seeds(args, scenario)
     bar, cb = progress_callback(len(workload))
     if args.profile_sim:
         import cProfile
@@ -167,6 +173,9 @@ def build_parser(extras: bool = True) -> argparse.ArgumentParser:
                           "scenario's, with a warning (default: refuse)")
     run.add_argument("--profile-sim", action="store_true",
                      help="print where the simulator's own time goes (cProfile)")
+    run.add_argument("--seeds", type=positive_int, default=1, metavar="N",
+                     help="run on N seeds (the scenario's seed, seed+1, ...): each in OUT/seed-<seed>/, and "
+                          "summary.json with each headline figure's mean and 95%% interval (default 1)")
     run.set_defaults(func=cmd_run)
 
     ls = sub.add_parser("list", help="show the model or GPU catalog")

@@ -13,6 +13,7 @@ EXTRA = [
     "calibration.cli:register",
     "endpoint.cli:register",
     "sim.study.cli:register",
+    "sim.study.plan_cli:register",
 ]
 
 

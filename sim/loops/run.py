@@ -28,6 +28,7 @@ from sim.pricing.costs import add_counts, encode, extrapolation_warnings
 from sim.pricing.profiled import COUNTERS
 from sim.pricing.roofline import engine_of
 from sim.results.metrics import check_request_times, requests_frame, summarize
+from sim.results.money import run_costs
 from sim.results.steplog import StepLog, engine_rows
 from sim.scenario.load import apply_overrides, scenario_from_dict
 from sim.scenario.schema import Scenario
@@ -163,6 +164,7 @@ def collect(scenario: Scenario, table: RequestTable, workload, steps: pd.DataFra
     steps["kv_utilization"] = kv_utilization(steps, core.settings[:, Setting.NUM_BLOCKS].astype(float))
     itl = {"hist": core.itl_hist.copy(), "sum": core.itl_sum.copy(), "classes": table.class_names}
     summary = summarize(requests, steps, num_gpus=scenario.num_gpus, itl=itl, workload=workload)
+    summary.update(run_costs(scenario, summary))  # $/h and $ per 1M tokens (sim.results.money)
     warnings = list(scenario.model_notes)  # what the model's description leaves out or over-counts
     warnings += getattr(workload, "notes", ())
     warnings += extrapolation_warnings(extrapolated or {})

@@ -152,6 +152,8 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame, *, num_gpus: int = 1,
         "steps": len(steps),
         "mean_prompt_tokens": float(requests["prompt_tokens"].mean()) if n else float("nan"),
         "mean_output_tokens": float(fin["output_tokens"].mean()) if len(fin) else float("nan"),
+        "output_tokens": out_tokens,  # of the finished requests (what cost per token divides by)
+        "prompt_tokens": int(fin["prompt_tokens"].sum()),
     }
     for col in ("ttft", "tpot", "e2e", "queueing_delay"):
         for k, v in _stats(fin[col]).items():

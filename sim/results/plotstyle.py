@@ -4,9 +4,13 @@ readable log-axis ticks with units, compact data."""
 from __future__ import annotations
 
 import math
+import re
+import zlib
 from collections.abc import Iterable
 
 import numpy as np
+
+from sim.vocab import POLICIES, ROUTERS
 
 # Okabe–Ito, colour-blind safe, then tab10's remaining hues; no colour means "best".
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000",
@@ -27,6 +31,39 @@ def color_map(names: Iterable) -> dict[str, str]:
         if n not in out:
             out[n] = color(len(out))
     return out
+
+
+# Choices a configuration is often named by, each with a colour of its own (its place here).
+KNOWN_CHOICES = [*POLICIES, *ROUTERS]
+
+
+def _slot(label: str) -> int:
+    """Where a configuration's colour starts: the place of the one known choice its label names
+    (``policy=chunked-prefill``, ``policy-chunked-prefill``, ``chunked-prefill``), else a hash of
+    the label's text."""
+    tokens = [t for t in re.split(r"[=,\s]+", label.lower()) if t]
+    named = {i for i, c in enumerate(KNOWN_CHOICES) for t in tokens
+             if t == c or t.endswith("-" + c) or t.startswith(c + "-")}
+    if len(named) == 1:
+        return named.pop()
+    return len(KNOWN_CHOICES) + zlib.crc32(label.encode()) % (len(PALETTE) - len(KNOWN_CHOICES))
+
+
+def config_colors(labels: Iterable) -> dict[str, str]:
+    """One colour per configuration, the same in every report that shows it (a study's, a
+    compare's): a label's colour follows from its text, never from its place in a list. Labels
+    that would share a colour take the next free ones, in an order that depends on the set of
+    labels alone, so the same configurations get the same colours in any order."""
+    names = list(dict.fromkeys(str(n) for n in labels))
+    taken: set[int] = set()
+    out: dict[str, str] = {}
+    for n in sorted(names, key=lambda n: (_slot(n), n)):
+        i = _slot(n)
+        while i % len(PALETTE) in taken and len(taken) < len(PALETTE):
+            i += 1
+        taken.add(i % len(PALETTE))
+        out[n] = color(i)
+    return {n: out[n] for n in names}
 
 
 def nice_step(x: float) -> float:

@@ -132,3 +132,13 @@ def binned(times: np.ndarray, q: np.ndarray, edges: np.ndarray) -> tuple[np.ndar
     mean = (area[at[1:]] - area[at[:-1]]) / np.maximum(hi - lo, 1e-12)
     peak = np.maximum.reduceat(values, at[:-1]) if len(knots) else np.zeros(len(lo))
     return mean, peak[:len(lo)]
+
+
+def burst_figures(summary: dict) -> dict:
+    """Each burst's peak queue and time to recover as flat figures (``burst_1_peak_queue``,
+    ``burst_1_time_to_recover_s``, …), for tables over seeds; None where a run never recovered."""
+    out = {}
+    for i, b in enumerate(summary.get("bursts") or [], start=1):
+        out[f"burst_{i}_peak_queue"] = b.get("peak_queue")
+        out[f"burst_{i}_time_to_recover_s"] = b.get("time_to_recover_s")
+    return out

@@ -55,14 +55,17 @@ def itl_cdf(itl: dict, classes: list[str] | None = None) -> tuple[np.ndarray, np
 
 def latency_cdfs(runs: dict[str, pd.DataFrame], colors: dict[str, str] | None = None,
                  limits: dict[str, dict[str, float]] | None = None,
-                 itl: dict[str, tuple[np.ndarray, np.ndarray]] | None = None) -> Chart:
+                 itl: dict[str, tuple[np.ndarray, np.ndarray]] | None = None,
+                 limit_ink: str | None = None) -> Chart:
     """CDFs of TTFT, TPOT, (ITL,) E2E in ms, one line per named run; ``limits[name][metric]``
-    (seconds) draws that run's SLO limit as a dotted line; ``itl[name]`` = (gaps, shares)."""
+    (seconds) draws that run's SLO limit as a dotted line, in the run's colour (a class's own
+    SLO) or, given ``limit_ink``, in that ink, each limit once (a comparison's: the limit
+    belongs to no one scenario); ``itl[name]`` = (gaps, shares)."""
     colors = colors or color_map(runs)
     metrics = [(m, t) for m, t in METRICS if m != "itl" or itl]
     fig = Chart(1, len(metrics), [f"{t} (ms)" for _, t in metrics], hspace=0.05)
     for col, (metric, _) in enumerate(metrics, start=1):
-        xs = []
+        xs, drawn = [], set()
         for name, df in runs.items():
             if metric == "itl":
                 x, y = (itl or {}).get(name, (np.zeros(0), np.zeros(0)))
@@ -77,9 +80,10 @@ def latency_cdfs(runs: dict[str, pd.DataFrame], colors: dict[str, str] | None = 
                      "hovertemplate": f"{html.escape(name)}<br>%{{y:.1%}} ≤ %{{x:.3~f}} ms<extra></extra>"},
                     row=1, col=col)
             lim = (limits or {}).get(name, {}).get(metric)
-            if lim is not None:
+            if lim is not None and not (limit_ink and lim * 1e3 in drawn):
                 xs.append(np.array([lim * 1e3]))
-                fig.vline(lim * 1e3, {**SLO_LINE, "color": colors.get(name, "#444")}, row=1, col=col)
+                drawn.add(lim * 1e3)
+                fig.vline(lim * 1e3, {**SLO_LINE, "color": limit_ink or colors.get(name, "#444")}, row=1, col=col)
         allx = np.concatenate(xs) if xs else np.zeros(0)
         if wide(allx):
             fig.xaxes(**log_axis(allx, "ms", 5), tickangle=0, row=1, col=col)
@@ -222,6 +226,10 @@ def run_headline(summary: dict) -> list[tuple[str, str]]:
     items = [("SLO attainment", fmt.pct(summary["slo_attainment"])), ("goodput", fmt.rate(summary["goodput"])),
              ("throughput", fmt.rate(summary["request_throughput"])),
              ("offered load", fmt.rate(summary.get("offered_rate")))]
+    if not fmt.missing(summary.get("cost_per_1m_tokens")):
+        from sim.results.money import dollars
+
+        items.append(("per 1M tokens", dollars(summary["cost_per_1m_tokens"])))
     if not summary.get("classes"):
         items += [("TTFT p99", fmt.duration(summary.get("ttft_p99"))),
                   ("TPOT p99", fmt.duration(summary.get("tpot_p99")))]

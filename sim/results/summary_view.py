@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from sim.results import fmt
 from sim.results.describe import class_slo, has_slo, setup_rows, slo_text
+from sim.results.money import cost_text, price_sources, price_text
 
 LATENCIES = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "E2E"),
              ("queueing_delay", "queueing delay"))
@@ -37,8 +38,10 @@ def latency_block(summary: dict, title: str = "Latency (ms)", note: str = DEFINI
     return Block(title, rows, ["", *STATS], note)
 
 
-def results_block(summary: dict, num_gpus: int, prefix_caching: bool, slo: str) -> Block:
-    """SLO attainment, goodput, throughput (with the drain explained), requests and engine."""
+def results_block(summary: dict, num_gpus: int, prefix_caching: bool, slo: str,
+                  price: tuple[str, str] = ("", "")) -> Block:
+    """SLO attainment, goodput, throughput (with the drain explained), cost, requests and engine;
+    ``price``: the fleet's price and where it comes from (``money.price_text``, ``price_sources``)."""
     s = summary
     n = s["requests"]
     met = round(s["slo_attainment"] * n) if n else 0
@@ -51,6 +54,10 @@ def results_block(summary: dict, num_gpus: int, prefix_caching: bool, slo: str) 
     rows.append(["throughput", f"{fmt.rate(s['request_throughput'])}, "
                  f"{fmt.rate(s['output_token_throughput'], 'output tok/s')}, "
                  f"{fmt.rate(s['total_token_throughput'], 'tok/s')} with prompts"])
+    if not fmt.missing(s.get("cost_per_hour")):
+        rows.append(["cost", cost_text(s, price[0])])
+        if price[1]:
+            rows.append(["prices", price[1]])
     span, duration = s.get("arrival_span_s"), s.get("duration_s")
     if not fmt.missing(span) and not fmt.missing(duration):
         drain = max(duration - span, 0.0)
@@ -74,7 +81,9 @@ def results_block(summary: dict, num_gpus: int, prefix_caching: bool, slo: str) 
     rows.append(["mean lengths", f"{fmt.num(s.get('mean_prompt_tokens'))} prompt, "
                  f"{fmt.num(s.get('mean_output_tokens'))} output tokens"])
     note = ("Goodput: requests per second that finished within every SLO limit, over the arrival "
-            "window (SLO attainment × offered rate). Throughput is over the span from the first "
+            "window (SLO attainment × offered rate). Cost per token: the fleet's $/h over that same "
+            "window, divided by the tokens of the finished requests (the drain is not billed). "
+            "Throughput is over the span from the first "
             "arrival to the last completion, so it reads below the offered rate by the drain even "
             "when every request is served. The mean batch per decode step leaves out prefill-only "
             "steps, which the time-weighted mean counts. Queue: requests arrived and not yet "
@@ -148,5 +157,5 @@ def summary_blocks(result) -> tuple[list[tuple[str, str]], list[Block]]:
     else:
         blocks = [latency_block(summary)]
         slo = slo_text(s.slo) if has_slo(s) else "none set: every finished request counts as meeting it"
-    blocks.append(results_block(summary, s.num_gpus, caching, slo))
+    blocks.append(results_block(summary, s.num_gpus, caching, slo, (price_text(s), price_sources(s))))
     return setup, blocks

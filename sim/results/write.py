@@ -13,6 +13,7 @@ from pathlib import Path
 from sim.results import plotlyjs
 from sim.results.atomic import Staging, check_out_dir
 from sim.results.jsonsafe import json_safe as _clean
+from sim.results.money import price_records
 from sim.results.report import write_report
 
 FORMATS = ("parquet", "csv")
@@ -59,6 +60,7 @@ def summary_document(result, workload=None) -> dict:
         "summary": _clean(result.summary),
         "warnings": result.warnings,
         "config": applied_config(result.scenario),
+        "prices": price_records(result.scenario),  # each GPU's count, $/h, and the price's source and date
     }
     traces = list(getattr(workload, "traces", ()) or ())
     if traces:
@@ -80,6 +82,9 @@ def write_results(result, out_dir: str | Path, fmt: str = "parquet", workload=No
                 if other != fmt:
                     st.remove(f"{name}.{other}")
             paths[name] = st.final(f"{name}.{fmt}")
+        for old in Path(out_dir).glob("seed-*"):  # an earlier run's on several seeds (--seeds)
+            st.remove(old.name, folder=True)
+        st.remove("seeds.csv")
         st.file("summary.json").write_text(json.dumps(summary_document(result, workload), indent=2))
         paths["summary"] = st.final("summary.json")
         write_report(result, st.file("report.html"), plotly)

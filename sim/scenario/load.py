@@ -48,8 +48,29 @@ def _set_path(data: dict, dotted: str, value: Any, source: str) -> None:
         node = child
 
 
+# Fields that name a file: a trace's or an arrival's ``path``, a model's ``hf_config``, a cost
+# profile. Written in a scenario they resolve against its folder (``Scenario.resolve``).
+PATH_FIELDS = ("path", "hf_config", "profile")
+
+
+def paths_from_working_folder(dotted: str, value: Any) -> Any:
+    """A value given on the command line (``--set dotted=value``) with the relative file paths
+    in it made absolute against the working folder, where the person typing it stands (paths
+    written in a scenario file still resolve against the file's folder)."""
+    key = dotted.rsplit(".", 1)[-1]
+    if isinstance(value, str) and key in PATH_FIELDS:
+        p = Path(value).expanduser()
+        return value if p.is_absolute() else str(Path.cwd() / p)
+    if isinstance(value, dict):
+        return {k: paths_from_working_folder(f"{dotted}.{k}", v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [paths_from_working_folder(f"{dotted}.{i}", v) for i, v in enumerate(value)]
+    return value
+
+
 def apply_overrides(data: dict, overrides: list[str], source: str) -> dict:
-    """Apply ``field.path=value`` overrides; values are parsed as YAML (``8``, ``true``, ``[1,2]``)."""
+    """Apply ``field.path=value`` overrides; values are parsed as YAML (``8``, ``true``, ``[1,2]``);
+    relative file paths in them start from the working folder (``paths_from_working_folder``)."""
     for item in overrides:
         if "=" not in item:
             raise ScenarioError("--set", item, "expected field.path=value")
@@ -57,7 +78,7 @@ def apply_overrides(data: dict, overrides: list[str], source: str) -> dict:
         dotted = dotted.strip()
         if not dotted or not all(dotted.split(".")):
             raise ScenarioError("--set", item, "expected field.path=value, e.g. scheduler.policy=static")
-        value = parse_value(raw, f"{source} (--set)", ScenarioError, dotted)
+        value = paths_from_working_folder(dotted, parse_value(raw, f"{source} (--set)", ScenarioError, dotted))
         _set_path(data, dotted, value, f"{source} (--set)")
     return data
 

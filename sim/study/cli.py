@@ -18,24 +18,43 @@ from sim.study.schema import StudyError
 CONNECT_TIMEOUT_S = 30.0  # default wait for a Ray cluster at --address
 
 
-def _positive_seconds(text: str) -> float:
+def positive_number(text: str, what: str = "number") -> float:
+    """An argparse type: a positive, finite number."""
     try:
         value = float(text)
     except ValueError:
         value = 0.0
     if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a positive {what}, got {text!r}")
     return value
 
 
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a share between 0 and 1, e.g. 0.9, got {text!r}")
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    return positive_number(text, "number of seconds")
+
+
 def _parse_sets(items: list[str]) -> dict:
+    """``--set`` items as {field path: value}; relative file paths in them start from the
+    working folder, as in ``servesim run``."""
+    from sim.scenario.load import paths_from_working_folder
+
     out = {}
     for item in items:
         path, eq, raw = item.partition("=")
         path = path.strip()
         if not eq or not path or not all(path.split(".")):
             raise StudyError("--set", item, "expected field.path=value, e.g. scheduler.policy=static")
-        out[path] = parse_value(raw, "--set", StudyError, path)
+        out[path] = paths_from_working_folder(path, parse_value(raw, "--set", StudyError, path))
     return out
 
 
@@ -59,6 +78,21 @@ def _runner_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=["table", "csv", "json"], default="table",
                    help="what goes to stdout: table (readable; plain rows when piped), csv or json (the "
                         "results as data, raw units: seconds, req/s; messages go to stderr)")
+
+
+BUILD_NOTE = ("the compiled core of this version is not built yet: numba builds it in the first runs "
+              "(about 40 s of CPU, once; later runs and studies load it), and they wait for it")
+
+
+def build_waits() -> bool:
+    """Whether the first runs will wait for numba to build the compiled core: it compiles here,
+    and neither the background build (``servesim run``'s) nor an earlier run has left its loop."""
+    from sim.core.buildcache import build_folder, interpreted, is_ready
+
+    if interpreted() or is_ready():
+        return False
+    folder = build_folder()
+    return folder is None or not any(folder.rglob("compiled.run_events-*.nbc"))
 
 
 def _check_runner_args(args, png: bool = False) -> None:
@@ -90,6 +124,10 @@ def register(sub) -> None:
                     help="ignore runs already in the output folder (default: resume)")
     st.add_argument("--retry-failed", action="store_true",
                     help="run again the runs that failed last time")
+    st.add_argument("--seeds", type=positive_int, default=None, metavar="N",
+                    help="run every configuration and rate on N seeds (the scenario's seed, seed+1, ...): "
+                         "figures are means with 95%% intervals and the SLO is judged on the interval "
+                         "(default: the study's seeds, else 1)")
     st.add_argument("--dry-run", action="store_true",
                     help="validate and list the configurations, run nothing")
     st.add_argument("--yes", "-y", action="store_true",
@@ -102,7 +140,11 @@ def register(sub) -> None:
 
     cp = sub.add_parser("compare", help="run scenarios on the same traffic, side by side")
     cp.add_argument("scenarios", nargs="+", help="two or more scenario YAMLs")
-    cp.add_argument("--out", default="results/compare", help="output folder")
+    cp.add_argument("--out", default=None,
+                    help="output folder (default: a new one, results/compare-<n>: no earlier comparison is replaced)")
+    cp.add_argument("--slo-target", type=_fraction, default=None, metavar="SHARE",
+                    help="share of requests within the SLO for a scenario to count as meeting it, as a study's "
+                         "slo_target (default 0.9); the cheapest scenario meeting it is marked ★ the winner")
     cp.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                     help="override a field in every scenario")
     cp.add_argument("--own-traffic", action="store_true",
@@ -121,19 +163,16 @@ def _progress_bar(console):
 def cmd_study(args) -> int:
     from sim.cli.console import console, err_console, print_rows
     from sim.results.atomic import check_out_dir
-    from sim.study.driver import execute_plan
     from sim.study.plan import plan_study
-    from sim.study.report import STUDY_FILES, write_outputs
-    from sim.study.runners import make_runner
+    from sim.study.report import STUDY_FILES
     from sim.study.schema import load_study
-    from sim.study.store import RunStore
 
     study = load_study(args.study)
     _check_runner_args(args, args.png or study.report.png)
-    plan = plan_study(study, args.study, _parse_sets(args.set))
+    plan = plan_study(study, args.study, _parse_sets(args.set), args.seeds)
     if args.dry_run:
         t = Table("#", "configuration", "GPUs", "$/h", "note", title=f"{plan.name}: "
-                  f"{len(plan.configs)} configurations, objective {study.objective.kind}")
+                  f"{len(plan.configs)} configurations on {plan.seeds} seed(s), objective {study.objective.kind}")
         rows = [[str(c.index), c.label, str(c.num_gpus), f"{c.cost_per_hour:.2f}",
                  f"skipped: {c.skipped}" if c.skipped else ""] for c in plan.configs]
         print_rows(t, rows, args.format)
@@ -142,6 +181,22 @@ def cmd_study(args) -> int:
     say = err_console if data else console  # with csv/json, stdout holds the data only
     out = check_out_dir(args.out or Path("results") / plan.name, "--out", STUDY_FILES)
     _ask_if_large(plan, args, out, err_console)
+    run, paths = run_plan(plan, args, out, err_console)
+    if data:
+        print_study_data(run, args.format)
+    else:
+        print_answer(run, console)
+    return study_ending(run, paths, out, say, err_console)
+
+
+def run_plan(plan, args, out: Path, err_console):
+    """Run a checked plan into ``out`` (resuming what is stored there) with a progress bar, and
+    write its outputs; the StudyRun and the paths written."""
+    from sim.study.driver import execute_plan
+    from sim.study.report import write_outputs
+    from sim.study.runners import make_runner
+    from sim.study.store import RunStore
+
     # Everything is checked (the runner too) before the stored runs are read or, with
     # --fresh, dropped.
     with make_runner(args.runner, args.jobs, args.address, timeout=args.connect_timeout) as ex, \
@@ -154,18 +209,25 @@ def cmd_study(args) -> int:
             store.forget_errors()
         if store.records:
             err_console.print(f"resuming: {len(store.records)} runs already in {out / store.path.name}")
-        task = bar.add_task(f"{plan.name} ({ex.workers} workers)", total=None, extra="")
+        building = build_waits()
+        if building:
+            err_console.print(BUILD_NOTE, highlight=False)
+        task = bar.add_task(f"{plan.name} ({ex.workers} workers)", total=None,
+                            extra="waiting for the compiled core's build" if building else "")
 
         def show(p) -> None:
+            waiting = building and p.done == p.reused
             bar.update(task, completed=p.done, total=p.total,
-                       extra=f"{p.reused} reused, {p.failed} failed")
+                       extra="waiting for the compiled core's build" if waiting
+                       else f"{p.reused} reused, {p.failed} failed")
 
         run = execute_plan(plan, store, ex, show)
-    paths = write_outputs(run, out, png=args.png, plotly=args.plotlyjs)
-    if data:
-        print_study_data(run, args.format)
-    else:
-        print_answer(run, console)
+    return run, write_outputs(run, out, png=args.png, plotly=args.plotlyjs)
+
+
+def study_ending(run, paths, out: Path, say, err_console) -> int:
+    """Warnings, the runs' count and where the results are; the exit code (130 interrupted,
+    ALL_FAILED when every run failed)."""
     for w in run.warnings:
         say.print(f"[yellow]warning:[/] {escape(w)}")
     say.print(f"{run.progress.done} runs ({run.progress.reused} reused, "
@@ -227,8 +289,8 @@ def print_answer(run, console, limit: int = 20) -> None:
     table on a terminal, plain rows when piped."""
     from sim.cli.console import print_block, print_rows
     from sim.results.summary_view import Block
-    from sim.study.columns import cell, heading
-    from sim.study.report import answer_columns, answer_lines, headers
+    from sim.study.columns import heading, row_cell
+    from sim.study.report import answer_columns, answer_lines, gpu_readings, headers
 
     out = run.outcome
     names = headers(run)
@@ -236,12 +298,14 @@ def print_answer(run, console, limit: int = 20) -> None:
     best = out.best["config"] if out.best else None
     rows = []
     for _, row in out.configs.head(limit).iterrows():
-        cells = [cell(c, row[c]) for c in cols]
+        cells = [row_cell(row, c) for c in cols]
         cells[0] = ("★ " if row["config"] == best else "  ") + cells[0]
         rows.append(cells)
     print_rows(Table(*(heading(c, names) for c in cols), title=f"{run.plan.name}: {out.note}"), rows)
     if len(out.configs) > limit:
         console.print(f"… {len(out.configs) - limit} more configurations in configs.csv")
+    for line in gpu_readings(run):
+        console.print(line, highlight=False)
     if best is None:
         console.print("[red]no configuration qualifies[/]")
         return
@@ -260,17 +324,20 @@ def print_study_data(run, fmt: str) -> None:
     import json
     import sys
 
-    from sim.results.metrics import ms_keys
+    from sim.study.intervals import ms_table
     from sim.study.report import answer_columns
 
     out = run.outcome
-    cols = ["config", *[c for c in answer_columns(run) if c in out.configs and c != "config"]]
+    shown = [c for c in answer_columns(run) if c in out.configs and c != "config"]
+    extra = [x for c in shown for x in (f"{c}_lo", f"{c}_hi") if x in out.configs]
+    cols = ["config", *shown, *extra, *[c for c in ("capacity", "seeds") if c in out.configs and c not in shown]]
     if fmt == "csv":
-        ms_keys(out.configs[cols]).to_csv(sys.stdout, index=False)
+        ms_table(out.configs[cols]).to_csv(sys.stdout, index=False)
         return
-    best = _records(ms_keys(out.configs[out.configs["config"] == out.best["config"]]))[0] if out.best else None
-    print(json.dumps({"study": run.plan.name, "objective": run.plan.study.objective.kind, "note": out.note,
-                      "best": best, "configs": _records(ms_keys(out.configs[cols]))}, indent=2))
+    best = _records(ms_table(out.configs[out.configs["config"] == out.best["config"]]))[0] if out.best else None
+    print(json.dumps({"study": run.plan.name, "objective": run.plan.study.objective.kind, "seeds": out.seeds,
+                      "note": out.note,
+                      "best": best, "configs": _records(ms_table(out.configs[cols]))}, indent=2))
 
 
 def cmd_compare(args) -> int:
@@ -278,18 +345,24 @@ def cmd_compare(args) -> int:
 
     from sim.cli.console import console, err_console
     from sim.results.atomic import check_out_dir
-    from sim.study.compare import COMPARE_FILES, load_entries, print_compare, run_entries, write_compare
+    from sim.study import compare as cmp
     from sim.study.runners import make_runner
 
     _check_runner_args(args, args.png)
-    entries = load_entries(args.scenarios, _parse_sets(args.set), not args.own_traffic)
-    out = check_out_dir(args.out, "--out", COMPARE_FILES)
+    entries = cmp.load_entries(args.scenarios, _parse_sets(args.set), not args.own_traffic)
+    out = check_out_dir(args.out if args.out is not None else cmp.new_folder(Path("results")), "--out",
+                        cmp.COMPARE_FILES)
     jobs = args.jobs or min(len(entries), os.cpu_count() or 1)
+    building = build_waits()
+    if building:
+        err_console.print(BUILD_NOTE, highlight=False)
     with make_runner(args.runner, jobs, args.address, timeout=args.connect_timeout) as ex, \
-            err_console.status(f"running {len(entries)} scenarios"):
-        run_entries(entries, ex)
-    paths, warnings = write_compare(entries, out, args.png, args.plotlyjs)
-    print_compare(entries, args.format)
+            err_console.status(f"running {len(entries)} scenarios" + (" (and building the compiled core)" if building
+                                                                      else "")):
+        cmp.run_entries(entries, ex)
+    winner = cmp.pick_winner(entries, args.slo_target or cmp.SLO_TARGET)
+    paths, warnings = cmp.write_compare(entries, out, args.png, args.plotlyjs, winner)
+    cmp.print_compare(entries, args.format, winner)
     say = err_console if args.format != "table" else console
     for e in entries:
         if e.record.get("status") != "ok":

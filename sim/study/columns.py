@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from sim.results import fmt
+from sim.results.money import dollars
 
 LATENCY_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "E2E", "itl": "ITL", "queueing_delay": "queueing"}
 
@@ -29,7 +30,11 @@ FIXED: dict[str, tuple[str, Callable]] = {
     "max_rate_per_dollar": ("requests per $", lambda v: fmt.count(round(v)) if not fmt.missing(v) else fmt.DASH),
     "num_gpus": ("GPUs", fmt.count),
     "cost_per_hour": ("$/h", lambda v: fmt.DASH if fmt.missing(v) else f"{v:,.2f}"),
+    "cost_per_1m_output_tokens": ("$ per 1M output tokens", dollars),
+    "cost_per_1m_tokens": ("$ per 1M tokens", dollars),
     "qualifying_cost_per_hour": ("$/h meeting SLO", lambda v: fmt.DASH if fmt.missing(v) else f"{v:,.2f}"),
+    "qualifying_cost_per_1m_tokens": ("$ per 1M tokens meeting SLO", dollars),
+    "qualifying_cost_per_1m_output_tokens": ("$ per 1M output tokens meeting SLO", dollars),
     "slo_attainment": ("SLO met", fmt.pct),
     "meets_slo": ("meets SLO", _tick),
     "goodput": ("goodput (req/s)", fmt.num),
@@ -47,7 +52,14 @@ FIXED: dict[str, tuple[str, Callable]] = {
     "requests": ("requests", fmt.count), "finished": ("finished", fmt.count), "rejected": ("rejected", fmt.count),
     "duration_s": ("span (s)", fmt.num),
     "outcome": ("outcome", str),
+    "verdict": ("meets SLO", lambda v: {"meets": "✓", "uncertain": "? uncertain", "fails": "✗"}.get(v, str(v))),
+    "why": ("why not", str),
+    "seeds": ("seeds", fmt.count),
+    "capacity": ("max rate (req/s)", str),
+    "seed_max_rate": ("each seed's max rate (req/s)", fmt.num),
 }
+# Columns shown as the text of another: a capacity with its interval, "≥ X" or "< X".
+SHOWN_AS = {"max_rate": "capacity", "max_rate_meeting_slo": "capacity"}
 
 
 def heading(col: str, swept: dict[str, str] | None = None) -> str:
@@ -75,3 +87,16 @@ def cell(col: str, v) -> str:
     if isinstance(v, float):
         return fmt.num(v)
     return fmt.DASH if v is None else str(v)
+
+
+def row_cell(row, col: str) -> str:
+    """Column ``col`` of a table row, with its 95 % interval when the row has one over several
+    seeds (``col_lo``, ``col_hi``): "93.1% (91.0%–95.2%)"."""
+    shown = row.get(SHOWN_AS.get(col, ""))
+    if isinstance(shown, str) and shown:
+        return shown
+    text = cell(col, row.get(col))
+    lo, hi = row.get(f"{col}_lo"), row.get(f"{col}_hi")
+    if fmt.missing(lo) or fmt.missing(hi) or lo == hi:
+        return text
+    return f"{text} ({cell(col, lo)}–{cell(col, hi)})"

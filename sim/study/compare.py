@@ -1,4 +1,5 @@
-"""``servesim compare``: several scenarios on the same traffic, drawn side by side."""
+"""``servesim compare``: several scenarios on the same traffic, drawn side by side, the winner
+marked ★ by the rule a study's ``cheapest`` answer follows (``objectives.rank``)."""
 
 from __future__ import annotations
 
@@ -14,22 +15,37 @@ from plotly.subplots import make_subplots
 from sim.results import plotlyjs
 from sim.results.atomic import Staging
 from sim.results.metrics import ms_keys
-from sim.results.plotstyle import base_layout, color_map, log_axis, wide
+from sim.results.money import COST_METRICS
+from sim.results.plotstyle import base_layout, config_colors
 from sim.results.report import figure_html, latency_cdfs, page
 from sim.scenario.load import scenario_from_dict
 from sim.scenario.schema import Scenario
 from sim.study.columns import cell, heading
-from sim.study.figures import better
+from sim.study.figures import STAR, better
+from sim.study.objectives import passes, pick_best, tie_rule
 from sim.study.overrides import apply
 from sim.study.plan import RunSpec, read_scenario_mapping, run_key
 from sim.study.runners import Runner
-from sim.study.schema import StudyError
+from sim.study.schema import Acceptance, StudyError
 
 BAR_METRICS = ["slo_attainment", "goodput_per_gpu", "request_throughput", "ttft_p99", "tpot_p99", "e2e_p99"]
 TABLE_METRICS = ["num_gpus", "offered_rate", "requests", "finished", "rejected", "request_throughput",
                  "goodput", "goodput_per_gpu", "slo_attainment", "ttft_p50", "ttft_p99", "tpot_p50",
                  "tpot_p99", "itl_p50", "itl_p99", "e2e_p50", "e2e_p99", "preemptions", "mean_batch_size",
-                 "mean_kv_utilization"]
+                 "mean_kv_utilization", *COST_METRICS]
+
+
+SLO_TARGET = Acceptance.model_fields["slo_target"].default  # as a study's, unless --slo-target
+# After cost, GPUs: the other axis of a cheapest study's Pareto chart (objectives.default_pareto).
+THEN = ("ttft_p99",)
+
+
+@dataclass
+class Winner:
+    """The scenario compare marks ★ (None: none qualifies) and one line saying why."""
+
+    name: str | None
+    note: str
 
 
 @dataclass
@@ -111,30 +127,54 @@ def summary_frame(entries: list[Entry]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def summary_bars(frame: pd.DataFrame, colors: dict[str, str] | None = None) -> go.Figure:
-    """The key numbers side by side, one colour per scenario (as in the CDFs)."""
+def pick_winner(entries: list[Entry], slo_target: float = SLO_TARGET) -> Winner:
+    """The cheapest scenario per hour among those meeting the SLO (at least ``slo_target`` of
+    requests within it), ties broken as a study breaks them (``objectives.rank``): a cheapest
+    study over these scenarios would give the same answer."""
+    frame = summary_frame(entries)
+    acc = Acceptance(slo_target=slo_target)
+    meets = [passes(acc, e.record) for e in entries]
+    cost = frame["cost_per_hour"] if "cost_per_hour" in frame else pd.Series(float("nan"), index=frame.index)
+    frame["qualifying_cost_per_hour"] = cost.where(meets)
+    rule = (f"the cheapest per hour of those with ≥ {slo_target:.0%} of requests within the SLO; "
+            f"{tie_rule(THEN)}")
+    best = pick_best(frame, "qualifying_cost_per_hour", THEN)
+    if best is not None:
+        return Winner(str(best["scenario"]), f"★ {best['scenario']}: {rule}")
+    if not (frame["status"] == "ok").any():
+        return Winner(None, "no winner: no scenario ran")
+    if "slo_attainment" not in frame or frame["slo_attainment"].isna().all():
+        return Winner(None, "no winner: no scenario sets an SLO to meet")
+    return Winner(None, f"no winner: no scenario has ≥ {slo_target:.0%} of its requests within the SLO "
+                        "(--slo-target sets that share)")
+
+
+def summary_bars(frame: pd.DataFrame, colors: dict[str, str] | None = None, winner: str | None = None) -> go.Figure:
+    """The key numbers side by side, one colour per scenario (as in the CDFs), the winner's
+    bars outlined and marked ★. Every axis is linear and starts at zero: a bar's length is
+    its value (on a log axis it would not be, and a tenfold TTFT would look a few times longer)."""
     ok = frame[frame["status"] == "ok"]
-    colors = colors or color_map(ok["scenario"])
+    colors = colors or config_colors(ok["scenario"])
     metrics = [m for m in BAR_METRICS if m in ok and ok[m].notna().any()]
     cols = 3
     rows = max(1, -(-len(metrics) // cols))
     fig = make_subplots(rows=rows, cols=cols, vertical_spacing=0.16, horizontal_spacing=0.07,
                         subplot_titles=[f"{heading(m)}, {better(m)}" for m in metrics])
+    names = list(ok["scenario"])
     for i, m in enumerate(metrics):
         scale = 1e3 if heading(m).endswith("(ms)") else 1
-        fig.add_trace(go.Bar(x=[n.replace(" ", "<br>", 1) if len(n) > 18 else n for n in ok["scenario"]],
+        fig.add_trace(go.Bar(x=[n.replace(" ", "<br>", 1) if len(n) > 18 else n for n in names],
                              y=ok[m].astype(float) * scale, showlegend=False,
-                             marker_color=[colors.get(n) for n in ok["scenario"]],
-                             text=[cell(m, v) for v in ok[m]], textposition="auto",
-                             hovertemplate="%{x}: %{text}<extra></extra>"),
+                             marker={"color": [colors.get(n) for n in names],
+                                     "line": {"width": [3 if n == winner else 0 for n in names], "color": "#111"}},
+                             text=[(STAR if n == winner else "") + cell(m, v)
+                                   for n, v in zip(names, ok[m], strict=True)],
+                             textposition="auto", hovertemplate="%{x}: %{text}<extra></extra>"),
                       row=i // cols + 1, col=i % cols + 1)
     fig.update_yaxes(rangemode="tozero")
     for i, m in enumerate(metrics):
-        where = {"row": i // cols + 1, "col": i % cols + 1}
         if m == "slo_attainment":
-            fig.update_yaxes(tickformat=".0%", range=[0, 1.05], **where)
-        elif heading(m).endswith("(ms)") and wide(ok[m].astype(float) * 1e3):
-            fig.update_yaxes(**log_axis(ok[m].astype(float) * 1e3, "ms", 5), **where)
+            fig.update_yaxes(tickformat=".0%", range=[0, 1.05], row=i // cols + 1, col=i % cols + 1)
     base_layout(fig, 300 * rows)
     fig.update_annotations(font_size=13)
     return fig
@@ -159,9 +199,10 @@ def setup_table(entries: list[Entry]) -> str:
     return f"<table class='grid'>{head}{body}</table>"
 
 
-def metric_rows(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    """Metric rows × scenario columns, formatted (what the terminal and the report show)."""
-    names = list(frame["scenario"])
+def metric_rows(frame: pd.DataFrame, winner: str | None = None) -> tuple[list[str], list[list[str]]]:
+    """Metric rows × scenario columns, formatted (what the terminal and the report show); the
+    winner's column headed ★."""
+    names = [STAR + n if n == winner else n for n in frame["scenario"]]
     rows = [["status", *(str(v) for v in frame["status"])]]
     one_gpu = "num_gpus" in frame and (frame["num_gpus"] == 1).all()
     for m in TABLE_METRICS:
@@ -172,16 +213,17 @@ def metric_rows(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     return ["", *names], rows
 
 
-def metrics_html(frame: pd.DataFrame) -> str:
-    head, rows = metric_rows(frame)
+def metrics_html(frame: pd.DataFrame, winner: str | None = None) -> str:
+    head, rows = metric_rows(frame, winner)
     esc = html.escape
     th = "".join(f"<th>{esc(h)}</th>" for h in head)
     body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in rows)
     return f"<table class='grid'><tr>{th}</tr>{body}</table>"
 
 
-def print_compare(entries: list[Entry], fmt: str) -> None:
-    """The comparison to stdout: metric rows × scenarios (table), or the summary as CSV/JSON."""
+def print_compare(entries: list[Entry], fmt: str, winner: Winner) -> None:
+    """The comparison to stdout: metric rows × scenarios (table) and the winner, or the summary
+    as CSV/JSON (a ``winner`` column)."""
     import json
     import sys
 
@@ -190,39 +232,61 @@ def print_compare(entries: list[Entry], fmt: str) -> None:
     from sim.cli.console import print_rows
 
     frame = summary_frame(entries)
+    frame["winner"] = frame["scenario"] == winner.name
     keep = [c for c in frame.columns if c not in ("classes",)]
     if fmt == "csv":
         ms_keys(frame[keep]).to_csv(sys.stdout, index=False)
     elif fmt == "json":
         print(json.dumps(json.loads(ms_keys(frame[keep]).to_json(orient="records")), indent=2))
     else:
-        head, rows = metric_rows(frame)
+        head, rows = metric_rows(frame, winner.name)
         print_rows(Table(*head, title="compare"), rows)
+        readings = {r.hardware.gpu_resolution for e in entries for r in e.scenario.replica_specs}
+        for line in sorted(g for g in readings if g):  # which card an H100 or A100 was read as
+            print(line)
+        print(winner.note)
+
+
+def new_folder(parent: Path, stem: str = "compare") -> Path:
+    """``parent/stem-<n>``, n one more than the highest there: each comparison gets its own
+    folder, and an earlier one is never replaced unless ``--out`` names it."""
+    import re
+
+    taken = [int(m.group(1)) for p in (parent.iterdir() if parent.is_dir() else ())
+             if (m := re.fullmatch(re.escape(stem) + r"-(\d+)", p.name))]
+    return parent / f"{stem}-{max(taken, default=0) + 1}"
 
 
 COMPARE_FILES = ("summary.csv", "report.html", plotlyjs.FILE)
 
 
-def write_compare(entries: list[Entry], out_dir: Path, png: bool, plotly: str = "file") -> tuple[dict, list[str]]:
+def write_compare(entries: list[Entry], out_dir: Path, png: bool, plotly: str = "file",
+                  winner: Winner | None = None) -> tuple[dict, list[str]]:
     """Write the comparison (renamed into place together; an earlier comparison's per-scenario
     tables and figures go)."""
+    from sim.results.plotstyle import SLO_LINE
     from sim.results.report import itl_cdf, slo_limits
 
+    winner = winner or pick_winner(entries)
     frame = summary_frame(entries)
+    frame["winner"] = frame["scenario"] == winner.name
     ok = {e.name: e.record["requests"] for e in entries if e.record.get("status") == "ok"}
-    colors = color_map(e.name for e in entries)
+    colors = config_colors(e.name for e in entries)
     first = entries[0].scenario
     same = all(e.scenario.workload == first.workload and e.scenario.slo == first.slo for e in entries)
     itl = {e.name: itl_cdf(e.record["itl"]) for e in entries if e.record.get("itl") is not None and e.name in ok}
     limits = {n: slo_limits(e.scenario, ["-"])["-"] for e in entries for n in [e.name] if n in ok}
     figs = {"latency_cdfs": ("Latency distributions (dotted: SLO limits)",
-                             latency_cdfs(ok, colors, limits, itl or None)),
-            "summary_bars": ("Side by side", summary_bars(frame, colors))} if ok else {}
+                             latency_cdfs(ok, colors, limits, itl or None, SLO_LINE["color"])),
+            "summary_bars": (f"Side by side{' — ★ the winner' if winner.name else ''}",
+                             summary_bars(frame, colors, winner.name))} if ok else {}
     from sim.study.report import STYLE, table_html, write_pngs
 
     traffic = (f"Every scenario served the same {len(next(iter(ok.values()))):,} requests (seed {first.seed}) "
                "and was held to the same SLO." if ok and same else "Each scenario ran its own traffic and SLO.")
-    parts = [STYLE, f"<p>{html.escape(traffic)}</p>", "<h2>Results</h2>", metrics_html(frame),
+    box = "answer" if winner.name else "answer none"
+    parts = [STYLE, f"<p>{html.escape(traffic)}</p>", f"<div class='{box}'>{html.escape(winner.note)}</div>",
+             "<h2>Results</h2>", metrics_html(frame, winner.name),
              "<h2>What was simulated</h2><p class='note'>Rows that differ are bold.</p>", setup_table(entries)]
     for heading_text, fig in figs.values():
         parts.append(f"<h2>{html.escape(heading_text)}</h2>" + figure_html(fig))

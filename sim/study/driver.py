@@ -61,7 +61,7 @@ def execute_plan(plan: Plan, store: RunStore, runner: Runner,
             while asked:
                 again = False
                 for rate in asked:
-                    spec = plan.spec(plan.configs[s.config], rate)
+                    spec = plan.spec(plan.configs[s.config], rate, s.seed)
                     rec = store.get(spec.key)
                     if rec is not None:
                         s.record(rate, rec)
@@ -83,7 +83,7 @@ def execute_plan(plan: Plan, store: RunStore, runner: Runner,
         while runner.in_flight:
             spec, rec = runner.next_done()
             cfg = plan.configs[spec.config]
-            store.append({**rec, "config": cfg.label, "rate": spec.rate})
+            store.append({**rec, "config": cfg.label, "rate": spec.rate, "seed": spec.data.get("seed")})
             for s, rate in waiting.pop(spec.key, []):
                 s.record(rate, rec)
                 prog.done += 1

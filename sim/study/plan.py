@@ -11,9 +11,10 @@ from typing import Any, get_args
 from pydantic import BaseModel, ValidationError
 
 from sim.errors import InputError, ScenarioError
+from sim.results.money import cost_per_hour, gpu_inventory, own_prices
 from sim.scenario.load import read_scenario_file, scenario_from_dict
 from sim.scenario.schema import Scenario
-from sim.study.cost import cost_per_hour, gpu_inventory, own_prices
+from sim.study.intervals import seed_for
 from sim.study.overrides import apply, canonical, get_path, set_path, short_names, show
 from sim.study.schema import Curves, MaxRate, Study, StudyError
 
@@ -61,13 +62,23 @@ class Plan:
     name: str
     configs: list[Config]
     swept: list[str]  # the swept fields, in order ("case" first when there are cases)
+    seeds: int = 1  # runs per configuration and rate (the study's seeds, or --seeds)
 
-    def spec(self, config: Config, rate: float | None) -> RunSpec:
+    def spec(self, config: Config, rate: float | None, seed: int = 0) -> RunSpec:
+        """The run of ``config`` at ``rate`` on replication ``seed`` (0: the scenario's own seed,
+        k: its seed + k, ``intervals.seed_for``)."""
         data = config.data
         if rate is not None and config.rate_field:
             data = apply(data, {config.rate_field: rate}, self.source, "objective")
+        if seed:
+            data = apply(data, {"seed": self.seed_of(config, seed)}, self.source, "seeds")
         return RunSpec(run_key(data), config.index, rate, data, str(self.base_dir),
                        f"{self.source} [{config.label}]")
+
+
+    def seed_of(self, config: Config, k: int) -> int:
+        """The scenario seed of replication ``k`` of ``config``."""
+        return seed_for(config.data.get("seed", Scenario.model_fields["seed"].default), k)
 
 
 def run_key(data: dict) -> str:
@@ -181,9 +192,11 @@ def _default_rate_field(data: dict) -> str:
     return "workload.trace.rate" if get_path(data, "workload.trace") else "workload.arrival.rate"
 
 
-def plan_study(study: Study, study_path: str | Path, cli_set: dict[str, Any] | None = None) -> Plan:
+def plan_study(study: Study, study_path: str | Path, cli_set: dict[str, Any] | None = None,
+               seeds: int | None = None) -> Plan:
     """Expand ``study`` into configurations and validate every one (errors name the file).
-    ``cli_set`` are the command line's ``--set`` overrides, applied after the study's ``set``."""
+    ``cli_set`` are the command line's ``--set`` overrides, applied after the study's ``set``;
+    ``seeds`` (``--seeds``) overrides the study's ``seeds``."""
     study_path = Path(study_path)
     source = str(study_path)
     if cli_set:
@@ -240,7 +253,7 @@ def plan_study(study: Study, study_path: str | Path, cli_set: dict[str, Any] | N
     if first_infeasible is not None and all(c.skipped for c in configs):
         raise first_infeasible  # nothing can run: say why, as for a single configuration
     name = study.name or study_path.stem
-    return Plan(study, source, scenario_path, base_dir, name, configs, swept)
+    return Plan(study, source, scenario_path, base_dir, name, configs, swept, seeds or study.seeds)
 
 
 def _validate(data: dict, source: str, base_dir: Path, label: str, overrides: dict[str, Any],

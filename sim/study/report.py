@@ -10,19 +10,19 @@ from pathlib import Path
 import pandas as pd
 import plotly.graph_objects as go
 
-from sim.results import plotlyjs
+from sim.results import fmt, plotlyjs
 from sim.results.atomic import Staging
 from sim.results.chart import Chart
 from sim.results.fmt import numeric
 from sim.results.jsonsafe import json_safe as _clean
-from sim.results.plotstyle import color_map
+from sim.results.plotstyle import config_colors as colors_of
 from sim.results.report import figure_html, page
 from sim.study import figures
-from sim.study.columns import cell, heading
+from sim.study.columns import cell, heading, row_cell
 from sim.study.driver import StudyRun
-from sim.study.objectives import default_pareto
-from sim.study.overrides import short_names
-from sim.study.schema import Cheapest, MaxRate
+from sim.study.objectives import default_pareto, seeds_text
+from sim.study.overrides import get_path, short_names
+from sim.study.schema import Cheapest, Curves, MaxRate
 
 STYLE = ("<style>.answer{background:#eef6ee;padding:0.8em 1.2em;border-left:4px solid #009E73;margin:.5em 0}"
          ".answer.none{background:#fbeeee;border-color:#D55E00} .meta{color:#555}"
@@ -39,7 +39,7 @@ def table_html(df: pd.DataFrame, columns: list[str], limit: int = 200,
     """The rows of ``df`` under readable headings with units; the ``best`` config's row bold
     with ★."""
     cols = [c for c in columns if c in df]
-    texts = [[cell(c, r[c]) for c in cols] for _, r in df.head(limit).iterrows()]
+    texts = [[row_cell(r, c) for c in cols] for _, r in df.head(limit).iterrows()]
     configs = list(df["config"].head(limit)) if "config" in df else [None] * len(texts)
     right = [bool(texts) and all(numeric(t[i]) or t[i] in ("✓", "✗") for t in texts) for i in range(len(cols))]
     align = ["right" if r else "left" for r in right]
@@ -60,16 +60,17 @@ def answer_columns(run: StudyRun) -> list[str]:
     """The columns that tell the answer, in reading order (swept fields name the config)."""
     plan, obj = run.plan, run.plan.study.objective
     names = list(plan.swept) or ["config"]
-    common = ["num_gpus", "cost_per_hour"]
+    common = ["num_gpus", "cost_per_hour", "cost_per_1m_tokens"]
     if isinstance(obj, MaxRate):
         configs = run.outcome.configs
         per_gpu = ["max_rate_per_gpu"] if "num_gpus" in configs and configs["num_gpus"].nunique() > 1 else []
-        return [*names, "max_rate", *per_gpu, "max_rate_per_dollar", *common,
-                "slo_attainment", "ttft_p99", "tpot_p99", "outcome"]
+        return [*names, "max_rate", "offered_rate", *per_gpu, "max_rate_per_dollar", *common,
+                "slo_attainment", "ttft_p99", "tpot_p99", "outcome", "why"]
     if isinstance(obj, Cheapest):
-        return [*names, *common, "meets_slo", "slo_attainment", "goodput_per_gpu",
-                "ttft_p99", "tpot_p99", "e2e_p99"]
-    return [*names, obj.rank_by, "at_rate", "max_rate_meeting_slo", *common, "pareto_points"]
+        return [*names, *common, "verdict", "rate", "offered_rate", "slo_attainment", "goodput_per_gpu",
+                "ttft_p99", "tpot_p99", "e2e_p99", "why"]
+    return [*names, obj.rank_by, "at_rate", "offered_rate", "max_rate_meeting_slo", "seed_max_rate", *common,
+            "pareto_points", "why"]
 
 
 def headers(run: StudyRun) -> dict[str, str]:
@@ -84,16 +85,18 @@ def answer_lines(run: StudyRun) -> list[tuple[str, str]]:
         return []
     names = headers(run)
     lines = [(heading(c, names), cell(c, b.get(c))) for c in run.plan.swept]
-    lines += [(heading(c), cell(c, b.get(c))) for c in answer_columns(run)
-              if c in b and c not in run.plan.swept and c != "config"]
+    lines += [(heading(c), row_cell(b, c)) for c in answer_columns(run)
+              if c in b and c not in run.plan.swept and c != "config" and not fmt.missing(b.get(c))
+              and b.get(c) != ""]
     if b.get("outcome") == "above_bracket":
         lines.append(("note", "passes at the top of the bracket: raise objective.bracket"))
     return lines
 
 
 def config_colors(run: StudyRun) -> dict[str, str]:
-    """One colour per configuration, in the study's order, for every figure of the report."""
-    return color_map(c.label for c in run.plan.configs)
+    """One colour per configuration for every figure of the report, the colour it has in every
+    other report too (a compare's included: ``plotstyle.config_colors``)."""
+    return colors_of(c.label for c in run.plan.configs)
 
 
 def build_figures(run: StudyRun) -> dict[str, tuple[str, go.Figure]]:
@@ -106,15 +109,19 @@ def build_figures(run: StudyRun) -> dict[str, tuple[str, go.Figure]]:
     runs, configs = out.runs, out.configs
     colors = config_colors(run)
     best = out.best["config"] if out.best else None
+    star = " — ★ the answer" if best else ""
     ok = runs[runs["status"] == "ok"] if len(runs) else runs
     order = [str(c) for c in configs["config"]] if "config" in configs else None
     if len(ok) and ok.groupby("config_index").size().max() > 1:  # a curve needs 2 points
         shown = min(len(order or []), figures.MAX_LINES)
         more = f" (the {shown} best of {len(order)} configurations)" if order and len(order) > shown else ""
-        what = "every run, the search's probes included" if isinstance(obj, MaxRate) else "every run"
+        rates = list(obj.rates) if isinstance(obj, Curves) else None
+        what = ("every run (a line breaks where a run failed)" if rates is not None else
+                "every run, the search's probes as points (no line joins rates apart)"
+                if isinstance(obj, MaxRate) else "every run")
         figs["latency_vs_load"] = (f"Latency and SLO attainment against load{more}: {what}",
                                    figures.latency_vs_load(runs, list(study.report.latency), obj.slo_target,
-                                                           dict(obj.limits), colors, order))
+                                                           dict(obj.limits), colors, order, rates, best))
     gpus_differ = "num_gpus" in configs and figures.distinct(configs["num_gpus"]) > 1
     if isinstance(obj, MaxRate):
         if configs[obj.rank_by].notna().any():
@@ -139,8 +146,9 @@ def build_figures(run: StudyRun) -> dict[str, tuple[str, go.Figure]]:
     if len(points) and x in points and y in points:
         both = points[points[x].notna() & points[y].notna()]
         if len(both) > 1 and figures.distinct(both[x]) > 1 and figures.distinct(both[y]) > 1:
-            figs["pareto"] = (f"Pareto front: {figures.nice(y)} against {figures.nice(x)}",
-                              figures.pareto(points, x, y, labels, colors))
+            at = out.best.get("at_rate") if out.best and "rate" in labels else None
+            figs["pareto"] = (f"Pareto front: {figures.nice(y)} against {figures.nice(x)}{star}",
+                              figures.pareto(points, x, y, labels, colors, best, at))
     axes = study.report.heatmap or heatmap_axes(plan.swept, configs)
     metric = out.headline
     if axes and len(configs) and all(a in configs for a in axes) and metric in configs and \
@@ -148,8 +156,8 @@ def build_figures(run: StudyRun) -> dict[str, tuple[str, go.Figure]]:
         missing = "fails SLO" if isinstance(obj, Cheapest) else "–"
         names = headers(run)
         figs["heatmap"] = (f"{figures.nice(metric)} over {names.get(axes[0], axes[0])} × "
-                           f"{names.get(axes[1], axes[1])}",
-                           figures.heatmap(configs, axes[0], axes[1], metric, missing, names))
+                           f"{names.get(axes[1], axes[1])}{star}",
+                           figures.heatmap(configs, axes[0], axes[1], metric, missing, names, best))
     return figs
 
 
@@ -177,6 +185,21 @@ def _answer_html(run: StudyRun) -> str:
             f"{html.escape(nums)}<br><span class='meta'>{html.escape(out.note)}</span></div>")
 
 
+def gpu_readings(run: StudyRun) -> list[str]:
+    """How each ambiguous GPU family name the study's configurations use was read ("H100 read as
+    H100-SXM; write H100-PCIe or H100-NVL for the other H100 cards"): a label says ``gpu=H100``
+    as the study wrote it, this says which card ran."""
+    from sim.scenario.specs.gpus import resolution
+
+    names = []
+    for c in run.plan.configs:
+        for field in ("hardware.gpu", *(k for k in c.values if k.endswith(".gpu"))):
+            v = get_path(c.data, field)
+            if isinstance(v, str) and resolution(v) and v not in names:
+                names.append(v)
+    return [str(resolution(v)) for v in names]
+
+
 def base_rows(run: StudyRun) -> list[tuple[str, str]]:
     """What the study simulates, from its first configuration: model, traffic, SLO, what varies."""
     from sim.results.describe import has_slo, model_text, slo_text, traffic_text
@@ -196,9 +219,11 @@ def base_rows(run: StudyRun) -> list[tuple[str, str]]:
                      ("SLO", slo_text(s.slo) if has_slo(s) else "none set")]
         except Exception:  # a description only: the runs say what went wrong
             pass
+    rows += [("GPU", g) for g in gpu_readings(run)]
     limits = ", ".join(f"{heading(k)} ≤ {cell(k, v)}" for k, v in obj.limits.items())
     rows.append(("meets the SLO when", f"≥ {obj.slo_target:.0%} of requests within it" + (f", and {limits}"
                                                                                          if limits else "")))
+    rows.append(("seeds", seeds_text(plan.seeds).removeprefix("on ")))
     short = headers(run)
     rows.append(("varies", "; ".join(f if short.get(f, f) == f else f"{short[f]} ({f})" for f in plan.swept)
                  or "nothing"))
@@ -230,7 +255,8 @@ def write_report(run: StudyRun, path: Path, figs: dict[str, tuple[str, go.Figure
     return path
 
 
-STUDY_FILES = ("runs.csv", "runs.parquet", "configs.csv", "configs.parquet", "answer.json",
+STUDY_FILES = ("runs.csv", "runs.parquet", "seed_runs.csv", "seed_runs.parquet", "configs.csv", "configs.parquet",
+               "answer.json",
                "report.html", "runs.jsonl", plotlyjs.FILE)
 
 
@@ -238,20 +264,26 @@ def write_outputs(run: StudyRun, out_dir: str | Path, png: bool = False, plotly:
     """Write the tables, the answer and the report (all renamed into place together, so the
     folder never mixes two studies' outputs); returns what was written."""
     answer = {
-        "study": run.plan.name, "objective": run.plan.study.objective.kind,
+        "study": run.plan.name, "objective": run.plan.study.objective.kind, "seeds": run.outcome.seeds,
         "note": run.outcome.note, "interrupted": run.interrupted,
         "best": None if run.outcome.best is None
         else {k: _clean(v) for k, v in run.outcome.best.items()},
         "runs": run.progress.done, "failed": run.progress.failed,
         "reused": run.progress.reused, "wall_s": run.wall_s,
     }
-    from sim.results.metrics import ms_keys
+    from sim.study.intervals import ms_table
 
     figs = build_figures(run)
     run.warnings = []
     with Staging(out_dir) as st:
-        for name, df in (("runs", run.outcome.runs), ("configs", run.outcome.configs)):
-            ms_keys(df).to_csv(st.file(f"{name}.csv"), index=False)  # latencies in ms (parquet: seconds)
+        tables = [("runs", run.outcome.runs), ("configs", run.outcome.configs)]
+        if run.outcome.seeds > 1:  # every run on its own; runs.* combine each point's seeds
+            tables.append(("seed_runs", run.outcome.seed_runs))
+        else:
+            st.remove("seed_runs.csv")
+            st.remove("seed_runs.parquet")
+        for name, df in tables:
+            ms_table(df).to_csv(st.file(f"{name}.csv"), index=False)  # latencies in ms (parquet: seconds)
             df.to_parquet(st.file(f"{name}.parquet"), index=False)
         st.file("answer.json").write_text(json.dumps(answer, indent=2, default=str))
         write_report(run, st.file("report.html"), figs, plotly)

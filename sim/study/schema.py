@@ -15,6 +15,7 @@ from pydantic import (
     Field,
     NonNegativeFloat,
     PositiveFloat,
+    PositiveInt,
     ValidationError,
     field_validator,
     model_validator,
@@ -37,7 +38,7 @@ RUN_METRICS = (
     "tpot_p99", "itl_p50", "itl_p90", "itl_p99", "e2e_p50", "e2e_p90", "e2e_p99", "queueing_delay_mean",
     "preemptions", "offered_rate",
     "rejected", "unfinished", "requests", "finished", "duration_s", "mean_batch_size",
-    "mean_kv_utilization",
+    "mean_kv_utilization", "cost_per_1m_output_tokens", "cost_per_1m_tokens",
 )
 # ... and per-configuration columns.
 CONFIG_METRICS = ("rate", "cost_per_hour", "num_gpus", "max_rate", "max_rate_per_gpu",
@@ -122,7 +123,9 @@ class MaxRate(Acceptance):
     bracket: Annotated[tuple[PositiveFloat, PositiveFloat], AsTuple]  # requests/s: lowest and highest rate tried
     rel_tol: Fraction = 0.05  # stop when hi - lo ≤ max(rel_tol × lo, abs_tol)
     abs_tol: NonNegativeFloat = 0.0
-    rank_by: Literal["max_rate", "max_rate_per_gpu", "max_rate_per_dollar"] = "max_rate"
+    # cost_per_1m_tokens: the cost per 1M tokens at each configuration's max rate (lowest first)
+    rank_by: Literal["max_rate", "max_rate_per_gpu", "max_rate_per_dollar", "cost_per_1m_tokens",
+                     "cost_per_1m_output_tokens"] = "max_rate"
 
     @field_validator("bracket")
     @classmethod
@@ -137,6 +140,8 @@ class Cheapest(Acceptance):
 
     kind: Literal["cheapest"]
     rate: PositiveFloat | None = None  # None: the scenario's own traffic
+    # what "cheapest" means: GPU cost per hour, or per 1M tokens served (prompt + output, or output)
+    rank_by: Literal["cost_per_hour", "cost_per_1m_tokens", "cost_per_1m_output_tokens"] = "cost_per_hour"
 
 
 class Curves(Acceptance):
@@ -188,6 +193,9 @@ class Study(Strict):
     # skip it and say so in the tables, or stop the study with an error.
     infeasible: Literal["skip", "error"] = "skip"
     report: ReportOptions = ReportOptions()
+    # Runs per configuration and rate: the scenario's seed, seed + 1, ...; figures are means with
+    # a 95 % interval over them and the SLO is judged on the interval (sim.study.intervals).
+    seeds: PositiveInt = 1
     # Scenario fields (dotted paths) this study needs; a simulator without them stops the
     # study with a message saying so, rather than "unknown field".
     requires: list[str] = []

@@ -20,8 +20,9 @@ def round_rate(x: float) -> float:
 
 
 class Search:
-    def __init__(self, config: int):
+    def __init__(self, config: int, seed: int = 0):
         self.config = config
+        self.seed = seed  # which replication it runs (Plan.spec)
         self.records: dict[float | None, Record] = {}
         self._asked: set[float | None] = set()
         self.error: str | None = None
@@ -51,8 +52,8 @@ class Search:
 class FixedRates(Search):
     """Every rate in a list (or one run at the scenario's own rate: ``[None]``)."""
 
-    def __init__(self, config: int, rates: list[float | None]):
-        super().__init__(config)
+    def __init__(self, config: int, rates: list[float | None], seed: int = 0):
+        super().__init__(config, seed)
         self.rates = list(dict.fromkeys(rates))
 
     def _next(self):
@@ -78,8 +79,8 @@ class Bisection(Search):
     """
 
     def __init__(self, config: int, lo: float, hi: float, passes: Passes,
-                 rel_tol: float = 0.05, abs_tol: float = 0.0):
-        super().__init__(config)
+                 rel_tol: float = 0.05, abs_tol: float = 0.0, seed: int = 0):
+        super().__init__(config, seed)
         self.lo, self.hi = round_rate(lo), round_rate(hi)
         self.passes = passes
         self.rel_tol, self.abs_tol = rel_tol, abs_tol

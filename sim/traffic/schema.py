@@ -144,8 +144,8 @@ def _burst_from_text(v):
     if isinstance(v, str):
         m = BURST_TEXT.match(v)
         if not m:
-            raise ValueError(f"expected a burst like 'x2 for 60 s at 120 s' or "
-                             f"{{factor: 2, duration_s: 60, at_s: 120}}, got {v!r}")
+            raise ValueError("expected a burst like 'x2 for 60 s at 120 s' or "
+                             "{factor: 2, duration_s: 60, at_s: 120}")
         try:
             return {"factor": float(m[1]), "duration_s": float(m[2]), "at_s": float(m[3])}
         except ValueError:
@@ -345,9 +345,16 @@ class EmpiricalLength(TraceFile):
     column: Literal["ContextTokens", "GeneratedTokens", "prompt_len", "output_len"]
 
 
+LENGTH_EXAMPLES = {
+    "fixed": "{dist: fixed, value: 512}",
+    "uniform": "{dist: uniform, min: 16, max: 512}",
+    "normal": "{dist: normal, mean: 600, std: 200}",
+    "lognormal": "{dist: lognormal, mean: 600, sigma: 0.9}",
+    "empirical": "{dist: empirical, path: trace.csv, column: ContextTokens}",
+}
 Length = Annotated[
     FixedLength | UniformLength | NormalLength | LognormalLength | EmpiricalLength,
-    Field(discriminator="dist"),
+    Field(discriminator="dist"), needs_tag("dist", LENGTH_EXAMPLES),
 ]
 
 
@@ -382,9 +389,15 @@ class LognormalDuration(Strict):
     sigma: LogSigma
 
 
+DURATION_EXAMPLES = {
+    "fixed": "{dist: fixed, value: 2}",
+    "uniform": "{dist: uniform, min: 1, max: 5}",
+    "exponential": "{dist: exponential, mean: 3}",
+    "lognormal": "{dist: lognormal, mean: 3, sigma: 0.8}",
+}
 Duration = Annotated[
     FixedDuration | UniformDuration | ExponentialDuration | LognormalDuration,
-    Field(discriminator="dist"),
+    Field(discriminator="dist"), needs_tag("dist", DURATION_EXAMPLES),
 ]
 
 

@@ -40,6 +40,7 @@ def test_study_report_renders_every_plot(chromium, study_run, tmp_path):
     assert found["plots"] == found["drawn"] == len(figs)
     assert all(n > 0 for n in found["traces"]), found
     assert all(n > 0 for n in found["marks"]), found
+    assert all(n > 0 for n in found["stars"]), found  # ★ on every chart, the heatmap and Pareto front too
 
 
 def test_max_rate_report_renders(chromium, tmp_path):
@@ -53,8 +54,9 @@ def test_max_rate_report_renders(chromium, tmp_path):
     # latency against load, max-rate bars, heatmap; every configuration has 2 GPUs at one price,
     # so neither per-GPU bars nor a cost Pareto front (they would repeat the bars, or be one column)
     assert found["plots"] == found["drawn"] == 3
+    assert all(n > 0 for n in found["stars"]), found
     # the heatmap crosses the policy with tp, not tp with replicas (zipped: one cell per row)
-    assert "max rate (req/s) over policy × tp<" in (tmp_path / "out" / "report.html").read_text()
+    assert "max rate (req/s) over policy × tp — ★ the answer<" in (tmp_path / "out" / "report.html").read_text()
 
 
 def test_compare_report_renders(chromium, tmp_path):
@@ -67,6 +69,8 @@ def test_compare_report_renders(chromium, tmp_path):
     found, log = render(chromium, out / "report.html", tmp_path)
     assert found["errors"] == [] and console_errors(log) == []
     assert found["plots"] == found["drawn"] == 2
+    assert found["stars"][1] > 0  # the winner's bars carry ★
+    assert "★ continuous" in (out / "report.html").read_text()  # and the answer box names it
 
 
 def test_figures_as_png(chromium, study_run, tmp_path):

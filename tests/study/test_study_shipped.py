@@ -44,8 +44,9 @@ def test_policies_study_answers_that_static_batching_loses(tmp_path, capsys):
     assert main(["study", str(path), "--out", str(out), "--set", "workload.num_requests=120"]) \
         == 0
     configs = pd.read_csv(out / "configs.csv").set_index("scheduler.policy")
-    assert configs.loc["static", "goodput_per_gpu"] < configs.loc["continuous",
-                                                                  "goodput_per_gpu"]
+    static, continuous = configs.loc["static", "goodput_per_gpu"], configs.loc["continuous", "goodput_per_gpu"]
+    # static batching meets the SLO at a lower rate than continuous, or at none (then it says why)
+    assert static < continuous or (pd.isna(static) and configs.loc["static", "why"].startswith("no rate meets"))
     assert "answer:" in capsys.readouterr().out
 
 

@@ -25,6 +25,20 @@ def test_run_report_renders_its_plots(chromium, tmp_path, args):
     assert found["errors"] == [] and console_errors(log) == []
 
 
+def test_burst_run_report_shows_the_traffic_chart_with_its_burst(chromium, tmp_path):
+    """scenarios/burst.yaml as shipped: the traffic chart (arrivals, TTFT, queue) draws, its
+    burst shaded in each of its three panels."""
+    out = tmp_path / "run"
+    assert main(["run", str(REPO / "scenarios" / "burst.yaml"), "--out", str(out)]) == 0
+    found, log = render(chromium, out / "report.html", tmp_path)
+    assert found["errors"] == [] and console_errors(log) == []
+    assert found["plots"] == found["drawn"] == 3
+    traffic = [i for i, names in enumerate(found["legends"]) if "arrivals" in names]
+    assert len(traffic) == 1, found["legends"]
+    assert {"queue (mean)", "queue (peak)"} <= set(found["legends"][traffic[0]])
+    assert found["shapes"][traffic[0]] >= 3  # the burst, shaded in the arrivals, TTFT and queue panels
+
+
 def test_a_report_without_its_plotly_file_says_so(tmp_path):
     out = tmp_path / "run"
     assert main(["run", "--out", str(out), "--set", "workload.num_requests=50"]) == 0

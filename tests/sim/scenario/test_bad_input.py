@@ -51,6 +51,15 @@ CASES = [
     ("workload: {prompt_len: {dist: uniform, min: 10, max: 5}}\n",
      ["workload.prompt_len", "min (10) must be ≤ max (5)"]),
     ("workload: {arrival: {process: gammy, rate: 1}}\n", ["workload.arrival", "poisson"]),
+    # a tagged block without its tag says what to write (pydantic: "Unable to extract tag")
+    ("workload: {arrival: {rate: 4}}\n", ["workload.arrival", "{process: poisson, rate: 4}", "got no 'process'"]),
+    ("workload: {prompt_len: {mean: 600}}\n",
+     ["workload.prompt_len", "expected dist: one of", "{dist: lognormal, mean: 600, sigma: 0.9}"]),
+    ("workload: {output_len: {dist: gauss, mean: 9}}\n", ["workload.output_len", "got dist: 'gauss'"]),
+    ("workload: {conversations: {turns: {dist: fixed, value: 2}, think_time_s: {mean: 3}}}\n",
+     ["workload.conversations.think_time_s", "{dist: exponential, mean: 3}"]),
+    ("workload: {arrival: {process: poisson, rate: {base: 4, bursts: [x2]}}}\n",
+     ["workload.arrival.rate.bursts[0]", "expected a burst like 'x2 for 60 s at 120 s'"]),
     ("scheduler: {policy: chunked-prefill, chunk_size: 64, max_num_seqs: 256}\n",
      ["scheduler", "chunk_size (64) must be ≥ max_num_seqs (256)"]),
     ("model: [unclosed\n", ["not valid YAML", "line"]),
@@ -105,6 +114,7 @@ def test_bad_scenario_names_file_and_field(tmp_path, capsys, text, fragments):
     assert "s.yaml" in out or "nowhere.csv" in out
     for f in fragments:
         assert f in out, f"{f!r} not in {out!r}"
+    assert "Unable to extract tag" not in out and "does not match any of the expected tags" not in out
     assert not (tmp_path / "out").exists(), "no results for a scenario that failed validation"
 
 

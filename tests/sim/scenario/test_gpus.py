@@ -14,10 +14,10 @@ from sim.errors import ScenarioError
 from sim.pricing import RooflineCost
 from sim.pricing.roofline import BANDWIDTH, FLOPS, LINK, roofline_for
 from sim.results.describe import setup_rows
+from sim.results.money import cost_per_hour, gpu_inventory, own_prices
 from sim.scenario.engines import EngineCost
 from sim.scenario.specs import GPU_CATALOG, efficiency, get_gpu, get_model
 from sim.scenario.specs.gpus import LINKS
-from sim.study.cost import cost_per_hour, gpu_inventory, own_prices
 from tests.sim.helpers import scenario
 
 M8, M70, MIXTRAL = get_model("llama-3-8b"), get_model("llama-3-70b"), get_model("mixtral-8x7b")
