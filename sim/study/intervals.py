@@ -41,7 +41,8 @@ _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 
          2.052, 2.048, 2.045, 2.042)
 _Z975 = 1.959964
 _PERCENTILE = re.compile(r"_p\d+$")
-_SHARES = ("slo_attainment", "mean_kv_utilization", "prefix_hit_rate")
+_SHARES = ("slo_attainment", "mean_kv_utilization", "prefix_hit_rate", "slo_attainment_in_bursts",
+           "slo_attainment_outside_bursts")
 
 
 def seed_for(base: int, k: int) -> int:

@@ -204,3 +204,20 @@ def test_a_dry_run_and_the_estimate_count_every_seed(tmp_path, capsys):
     study_ = load_study(path)
     assert estimate(plan_study(study_, path), 1).runs == 6
     assert estimate(plan_study(study_, path, seeds=4), 1).runs == 24
+
+
+def test_the_answer_says_when_the_runner_up_is_within_its_interval(tmp_path):
+    from sim.study.report import answer_lines
+
+    wide = study(tmp_path / "w", {"kind": "max_rate", "bracket": [1, 64], "rel_tol": 0.01},
+                 {"grid": {"replicas": [1, 2]}}, fn=by_threshold())  # the same seeds' rates: overlapping
+    notes = [v for k, v in answer_lines(wide) if k == "note"]
+    assert notes == ["replicas=2 is within the answer's 95% interval: more seeds may change the order"]
+
+    def apart(spec):  # replicas=2 sustains 10 × the rate
+        return by_threshold(10.0 if spec.data.get("replicas") == 2 else 1.0)(spec)
+
+    clear = study(tmp_path / "c", {"kind": "max_rate", "bracket": [1, 200], "rel_tol": 0.01},
+                  {"grid": {"replicas": [1, 2]}}, fn=apart)
+    assert clear.outcome.best["replicas"] == 2
+    assert [k for k, _ in answer_lines(clear)].count("note") == 0
