@@ -221,3 +221,26 @@ def test_the_answer_says_when_the_runner_up_is_within_its_interval(tmp_path):
                   {"grid": {"replicas": [1, 2]}}, fn=apart)
     assert clear.outcome.best["replicas"] == 2
     assert [k for k, _ in answer_lines(clear)].count("note") == 0
+
+
+def test_the_tables_and_report_carry_intervals_reasons_and_the_offered_rate(tmp_path):
+    import json
+
+    import pandas as pd
+
+    from sim.study.report import write_outputs
+
+    run = study(tmp_path, {"kind": "cheapest", "rate": 30, "slo_target": 0.9}, {"grid": {"replicas": [1, 2, 3]}})
+    write_outputs(run, tmp_path / "out", plotly="cdn")
+    configs = pd.read_csv(tmp_path / "out" / "configs.csv").set_index("replicas")
+    assert configs.loc[3, "why"].startswith("SLO attainment 53.3% (") and configs.loc[1, "verdict"] == "uncertain"
+    assert {"slo_attainment_lo", "slo_attainment_hi", "p99_ttft_ms_lo", "seeds"} <= set(configs.columns)
+    runs = pd.read_csv(tmp_path / "out" / "runs.csv")
+    assert list(runs.columns[list(runs.columns).index("rate"):][:2]) == ["rate", "offered_rate"]
+    seed_runs = pd.read_csv(tmp_path / "out" / "seed_runs.csv")
+    assert len(seed_runs) == 9 and set(seed_runs["seed"]) == {0, 1, 2}
+    assert json.loads((tmp_path / "out" / "answer.json").read_text())["seeds"] == 3
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert "why not" in page and "straddles 90.0%" in page and "? uncertain" in page
+    assert "31 (28.5–33.5)" in page  # the offered rate (30, 31, 32 on the seeds) with its interval
+    assert "3 seeds: mean of the seeds with a 95% interval" in page
