@@ -244,3 +244,16 @@ def test_the_tables_and_report_carry_intervals_reasons_and_the_offered_rate(tmp_
     assert "why not" in page and "straddles 90.0%" in page and "? uncertain" in page
     assert "31 (28.5–33.5)" in page  # the offered rate (30, 31, 32 on the seeds) with its interval
     assert "3 seeds: mean of the seeds with a 95% interval" in page
+
+
+def test_when_nothing_qualifies_the_uncertain_ones_are_named(tmp_path, capsys):
+    from sim.study.cli import print_answer
+    from sim.study.report import none_qualifies
+
+    run = study(tmp_path, {"kind": "cheapest", "rate": 30, "slo_target": 0.9}, {"grid": {"replicas": [1, 3]}})
+    assert run.outcome.best is None
+    assert none_qualifies(run.outcome).startswith("1 is uncertain (the 95% interval straddles a limit)")
+    from sim.cli.console import console
+
+    print_answer(run, console)
+    assert "no configuration qualifies 1 is uncertain" in " ".join(capsys.readouterr().out.split())
