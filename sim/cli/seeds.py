@@ -23,8 +23,9 @@ from sim.study.intervals import METHOD, interval, seed_for, shown
 HEADLINE = ("slo_attainment", "goodput", "goodput_per_gpu", "offered_rate", "request_throughput",
             "output_token_throughput", "ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "tpot_p90", "tpot_p99",
             "itl_p50", "itl_p99", "e2e_p50", "e2e_p99", "queueing_delay_mean", "mean_batch_size",
-            "mean_kv_utilization", "preemptions", "rejected", "peak_queue", "slo_attainment_in_bursts",
-            "slo_attainment_outside_bursts", "cost_per_hour", "cost_per_1m_output_tokens", "cost_per_1m_tokens")
+            "mean_decode_batch", "mean_kv_utilization", "preemptions", "rejected", "peak_queue",
+            "slo_attainment_in_bursts", "slo_attainment_outside_bursts", "cost_per_hour", "cost_per_1m_output_tokens",
+            "cost_per_1m_tokens")
 TOP_FILES = ("summary.json", "seeds.csv")
 
 

@@ -251,7 +251,7 @@ def print_answer(run, console, limit: int = 20) -> None:
     from sim.cli.console import print_block, print_rows
     from sim.results.summary_view import Block
     from sim.study.columns import heading, row_cell
-    from sim.study.report import answer_columns, answer_lines, headers
+    from sim.study.report import answer_columns, answer_lines, headers, none_qualifies
 
     out = run.outcome
     names = headers(run)
@@ -266,7 +266,7 @@ def print_answer(run, console, limit: int = 20) -> None:
     if len(out.configs) > limit:
         console.print(f"… {len(out.configs) - limit} more configurations in configs.csv")
     if best is None:
-        console.print("[red]no configuration qualifies[/]")
+        console.print(f"[red]no configuration qualifies[/] {escape(none_qualifies(out))}", highlight=False)
         return
     print_block(Block(f"answer: {best}", [[k, v] for k, v in answer_lines(run)]))
 

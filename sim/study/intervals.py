@@ -41,7 +41,8 @@ _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 
          2.052, 2.048, 2.045, 2.042)
 _Z975 = 1.959964
 _PERCENTILE = re.compile(r"_p\d+$")
-_SHARES = ("slo_attainment", "mean_kv_utilization", "prefix_hit_rate")
+_SHARES = ("slo_attainment", "mean_kv_utilization", "prefix_hit_rate", "slo_attainment_in_bursts",
+           "slo_attainment_outside_bursts")
 
 
 def seed_for(base: int, k: int) -> int:
@@ -84,8 +85,8 @@ def interval(values: Iterable[float | None], metric: str = "") -> Interval:
     if n == 0:
         return Interval(math.nan, math.nan, math.nan, 0)
     mean = float(x.mean())
-    if n == 1 or np.all(x == x[0]):
-        return Interval(mean, float(x[0]) if n == 1 else mean, float(x[0]) if n == 1 else mean, n)
+    if np.all(x == x[0]):  # one seed, or all alike: the value itself
+        return Interval(mean, mean, mean, n)
     if is_percentile(metric):
         rng = np.random.default_rng(0)
         means = x[rng.integers(0, n, size=(BOOTSTRAP, n))].mean(axis=1)
@@ -108,12 +109,11 @@ def combine(summaries: Sequence[dict], metrics: Iterable[str]) -> dict[str, floa
 
 
 def shown(metric: str, iv: Interval) -> str:
-    """A figure as people read it: ``93.1%`` or ``93.1% (91.0–95.2%)``, latencies in seconds."""
-    def one(v: float) -> str:
-        return _text(metric, v)
+    """A figure as people read it: ``93.1%`` or ``93.1% (91.0%–95.2%)``, latencies with their
+    unit (``1.42 s``, ``480 ms``)."""
     if iv.point:
-        return one(iv.mean)
-    return f"{one(iv.mean)} ({one(iv.lo)}–{one(iv.hi)})"
+        return _text(metric, iv.mean)
+    return f"{_text(metric, iv.mean)} ({_text(metric, iv.lo)}–{_text(metric, iv.hi)})"
 
 
 def _text(metric: str, v: float) -> str:

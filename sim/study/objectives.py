@@ -34,19 +34,15 @@ def lower_is_better(metric: str) -> bool:
     return any(word in metric for word in _LOWER_IS_BETTER)
 
 
+def judge_run(acc: Acceptance, rec: dict) -> tuple[str, str]:
+    """One run's verdict (``meets`` or ``fails``: one seed's interval is its value) and why not."""
+    return judge([rec.get("summary") or {}], [rec.get("status")], [rec.get("error")], acc.slo_target,
+                 dict(acc.limits))
+
+
 def passes(acc: Acceptance, rec: dict) -> bool:
     """A run meets the SLOs: enough requests within the limits, and every summary limit held."""
-    if rec.get("status") != "ok":
-        return False
-    s = rec.get("summary") or {}
-    att = s.get("slo_attainment")
-    if att is None or att < acc.slo_target:
-        return False
-    for metric, limit in acc.limits.items():
-        v = s.get(metric)
-        if v is None or not v <= limit:
-            return False
-    return True
+    return judge_run(acc, rec)[0] == MEETS
 
 
 def make_searches(plan: Plan) -> list[Search]:
@@ -117,8 +113,7 @@ def seed_runs_table(plan: Plan, searches: list[Search]) -> pd.DataFrame:
                 **_config_columns(plan, s.config), "rate": rate, "offered_rate": summary.get("offered_rate"),
                 "seed": plan.seed_of(plan.configs[s.config], s.seed), "key": rec.get("key"),
                 "status": rec.get("status"), "error": rec.get("error"),
-                "meets_slo": passes(acc, rec), "why": judge([summary], [rec.get("status")], [rec.get("error")],
-                                                            acc.slo_target, dict(acc.limits))[1],
+                "meets_slo": passes(acc, rec), "why": judge_run(acc, rec)[1],
                 "wall_s": rec.get("wall_s"), **{k: summary.get(k) for k in SUMMARY_COLUMNS if k not in RATE_COLUMNS},
             })
     return _numeric(pd.DataFrame(rows))
@@ -166,7 +161,7 @@ def runs_table(plan: Plan, searches: list[Search]) -> pd.DataFrame:
     for (config, rate), recs in point_records(searches).items():
         recs = [priced(r, plan.configs[config].cost_per_hour) for r in recs]
         row = {**_config_columns(plan, config), "rate": rate, **combined(recs, acc, plan.seeds > 1)}
-        first = [c for c in (*_config_columns(plan, config), *RATE_COLUMNS)]
+        first = [*_config_columns(plan, config), *RATE_COLUMNS]
         rows.append({**{c: row.get(c) for c in first}, **row})
     return _numeric(pd.DataFrame(rows))
 

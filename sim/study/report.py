@@ -90,7 +90,33 @@ def answer_lines(run: StudyRun) -> list[tuple[str, str]]:
               and b.get(c) != ""]
     if b.get("outcome") == "above_bracket":
         lines.append(("note", "passes at the top of the bracket: raise objective.bracket"))
+    close = runner_up_within(run.outcome.configs, run.outcome.headline)
+    if close is not None:
+        lines.append(("note", f"{close} is within the answer's 95% interval: more seeds may change the order"))
     return lines
+
+
+def none_qualifies(out) -> str:
+    """What to do when no configuration qualifies but some are uncertain (a straddled limit)."""
+    verdicts = out.configs.get("verdict")
+    n = int((verdicts == "uncertain").sum()) if verdicts is not None else 0
+    if not n:
+        return ""
+    one = n == 1
+    return (f"{n} {'is' if one else 'are'} uncertain (the 95% interval straddles a limit): more seeds "
+            f"may settle {'it' if one else 'them'}. ")
+
+
+def runner_up_within(configs: pd.DataFrame, headline: str) -> str | None:
+    """The second configuration when its interval of the ranking figure overlaps the answer's
+    (the order of the two is not settled by these seeds), else None."""
+    lo, hi = f"{headline}_lo", f"{headline}_hi"
+    if len(configs) < 2 or lo not in configs or hi not in configs:
+        return None
+    a, b = configs.iloc[0], configs.iloc[1]
+    if any(fmt.missing(v) for v in (a[lo], a[hi], b[lo], b[hi])):
+        return None
+    return str(b["config"]) if a[lo] <= b[hi] and b[lo] <= a[hi] else None
 
 
 def config_colors(run: StudyRun) -> dict[str, str]:
@@ -171,7 +197,7 @@ def _answer_html(run: StudyRun) -> str:
     out = run.outcome
     if out.best is None:
         return ("<div class='answer none'><b>No configuration qualifies.</b> "
-                f"({html.escape(out.note)})</div>")
+                f"{html.escape(none_qualifies(out))}({html.escape(out.note)})</div>")
     b = out.best
     swept = set(headers(run).values()) | set(run.plan.swept)
     nums = ", ".join(f"{c}: {v}" for c, v in answer_lines(run) if c not in swept)

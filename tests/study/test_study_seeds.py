@@ -204,3 +204,56 @@ def test_a_dry_run_and_the_estimate_count_every_seed(tmp_path, capsys):
     study_ = load_study(path)
     assert estimate(plan_study(study_, path), 1).runs == 6
     assert estimate(plan_study(study_, path, seeds=4), 1).runs == 24
+
+
+def test_the_answer_says_when_the_runner_up_is_within_its_interval(tmp_path):
+    from sim.study.report import answer_lines
+
+    wide = study(tmp_path / "w", {"kind": "max_rate", "bracket": [1, 64], "rel_tol": 0.01},
+                 {"grid": {"replicas": [1, 2]}}, fn=by_threshold())  # the same seeds' rates: overlapping
+    notes = [v for k, v in answer_lines(wide) if k == "note"]
+    assert notes == ["replicas=2 is within the answer's 95% interval: more seeds may change the order"]
+
+    def apart(spec):  # replicas=2 sustains 10 × the rate
+        return by_threshold(10.0 if spec.data.get("replicas") == 2 else 1.0)(spec)
+
+    clear = study(tmp_path / "c", {"kind": "max_rate", "bracket": [1, 200], "rel_tol": 0.01},
+                  {"grid": {"replicas": [1, 2]}}, fn=apart)
+    assert clear.outcome.best["replicas"] == 2
+    assert [k for k, _ in answer_lines(clear)].count("note") == 0
+
+
+def test_the_tables_and_report_carry_intervals_reasons_and_the_offered_rate(tmp_path):
+    import json
+
+    import pandas as pd
+
+    from sim.study.report import write_outputs
+
+    run = study(tmp_path, {"kind": "cheapest", "rate": 30, "slo_target": 0.9}, {"grid": {"replicas": [1, 2, 3]}})
+    write_outputs(run, tmp_path / "out", plotly="cdn")
+    configs = pd.read_csv(tmp_path / "out" / "configs.csv").set_index("replicas")
+    assert configs.loc[3, "why"].startswith("SLO attainment 53.3% (") and configs.loc[1, "verdict"] == "uncertain"
+    assert {"slo_attainment_lo", "slo_attainment_hi", "p99_ttft_ms_lo", "seeds"} <= set(configs.columns)
+    runs = pd.read_csv(tmp_path / "out" / "runs.csv")
+    assert list(runs.columns[list(runs.columns).index("rate"):][:2]) == ["rate", "offered_rate"]
+    seed_runs = pd.read_csv(tmp_path / "out" / "seed_runs.csv")
+    assert len(seed_runs) == 9 and set(seed_runs["seed"]) == {0, 1, 2}
+    assert json.loads((tmp_path / "out" / "answer.json").read_text())["seeds"] == 3
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert "why not" in page and "straddles 90.0%" in page and "? uncertain" in page
+    assert "31 (28.5–33.5)" in page  # the offered rate (30, 31, 32 on the seeds) with its interval
+    assert "3 seeds: mean of the seeds with a 95% interval" in page
+
+
+def test_when_nothing_qualifies_the_uncertain_ones_are_named(tmp_path, capsys):
+    from sim.study.cli import print_answer
+    from sim.study.report import none_qualifies
+
+    run = study(tmp_path, {"kind": "cheapest", "rate": 30, "slo_target": 0.9}, {"grid": {"replicas": [1, 3]}})
+    assert run.outcome.best is None
+    assert none_qualifies(run.outcome).startswith("1 is uncertain (the 95% interval straddles a limit)")
+    from sim.cli.console import console
+
+    print_answer(run, console)
+    assert "no configuration qualifies 1 is uncertain" in " ".join(capsys.readouterr().out.split())
