@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 
 from sim.study.intervals import UNCERTAIN
-from sim.study.schema import LATENCY_METRIC, Study, StudyError, study_from_dict
+from sim.study.schema import COST_BOUNDS, LATENCY_METRIC, Study, StudyError, study_from_dict
 
 DEFAULT_SEEDS = 3
 DEFAULT_DURATION_S = 60.0
@@ -79,9 +79,12 @@ def parse_slo(text: str) -> Slo:
             per_request[key] = parse_seconds(value, "--slo")
         elif LATENCY_METRIC.match(key):
             limits[key] = parse_seconds(value, "--slo")
+        elif key in COST_BOUNDS:
+            limits[key] = _number(value.removeprefix("$"), "--slo")
         else:
             raise _bad("--slo", item, f"{key!r} is not a latency: expected ttft, tpot or e2e with an optional "
-                       "statistic (ttft_p99, tpot_p90, e2e_p50, queueing_delay_mean) or attainment")
+                       "statistic (ttft_p99, tpot_p90, e2e_p50, queueing_delay_mean), attainment, or a cost "
+                       f"bound in USD ({', '.join(COST_BOUNDS)})")
     for key, seconds in limits.items():  # each request is held to the bound too, unless given its own
         name = key.rpartition("_")[0]
         if name in _PER_REQUEST:
@@ -453,7 +456,7 @@ def answer_text(run, req: Request) -> str:
              + (" at that rate" if req.kind == "max_rate" else ""))
     figures = [f"{heading('slo_attainment')} {_value(b, 'slo_attainment')}"]
     figures += [f"{heading(k).removesuffix(' (ms)')} {_value(b, k)} ms" for k in req.acceptance.get("limits", {})
-                if k in b]
+                if k in b and k not in COST_BOUNDS]
     return f"{head}; {money}; {', '.join(figures)}; {on}" + _uncertain(run, b)
 
 

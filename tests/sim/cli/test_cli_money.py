@@ -104,3 +104,13 @@ def test_a_study_ranks_by_cost_per_token_at_its_own_prices(tmp_path, capsys):
     assert best["hardware.gpu"] == "H100-SXM"
     html = (out / "report.html").read_text()
     assert "H100-SXM $1.00/h (the study&#x27;s prices)" in html and get_gpu("A100-80GB").price_source[:20] in html
+
+
+def test_a_study_refuses_a_cost_bound_its_prices_would_contradict(tmp_path, capsys):
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump({"name": "s", "model": "llama-3-8b"}))
+    study = {"scenario": "s.yaml", "prices": {"H100-SXM": 1.0},
+             "objective": {"kind": "cheapest", "rate": 6, "limits": {"cost_per_1m_tokens": 0.5}}}
+    (tmp_path / "st.yaml").write_text(yaml.safe_dump(study))
+    assert main(["study", str(tmp_path / "st.yaml"), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "st.yaml" in err and "hardware.price_per_gpu_hour" in err and "Traceback" not in err
