@@ -21,12 +21,12 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import yaml
 
 from sim.study.intervals import UNCERTAIN
-from sim.study.schema import COST_BOUNDS, LATENCY_METRIC, Study, StudyError, study_from_dict
+from sim.study.schema import COST_BOUNDS, LATENCY_METRIC, MaxRate, Study, StudyError, study_from_dict
 
 DEFAULT_SEEDS = 3
 DEFAULT_DURATION_S = 60.0
@@ -39,7 +39,7 @@ _PER_REQUEST = ("ttft", "tpot", "e2e")  # the scenario's per-request SLO fields 
 
 
 def _bad(option: str, value: Any, why: str) -> StudyError:
-    return StudyError(option, str(value), why)
+    return StudyError(option, None if value is None else str(value), why)
 
 
 def parse_seconds(text: str, option: str) -> float:
@@ -272,6 +272,9 @@ def make_request(args) -> Request:
     if args.max_rate:
         kind = "max_rate"
         by = args.by or ("cost_per_1m_tokens" if several_gpus else "max_rate")
+        ranks = get_args(MaxRate.model_fields["rank_by"].annotation)
+        if by not in ranks:
+            raise _bad("--by", by, f"a --max-rate plan ranks by {', '.join(ranks)}")
         bracket = parse_bracket(args.bracket) if args.bracket else (0.5, 128.0)
         if args.rate is not None:  # search around the rate given
             bracket = (args.rate / 8, args.rate * 8)
@@ -280,8 +283,6 @@ def make_request(args) -> Request:
         if by not in BY:
             raise _bad("--by", by, f"a cheapest plan ranks by {', '.join(BY)}")
         bracket = (args.rate / SIZING_SPAN, args.rate)
-    if by == "max_rate_per_dollar" and not args.max_rate:
-        raise _bad("--by", by, "ranks capacities: use it with --max-rate")
     cases = _pd_cases(parse_pd(args.pd)) if args.pd else []
     name = args.name or ("plan-max-rate" if args.max_rate else f"plan-{args.rate:g}rps")
     seeds = args.seeds or DEFAULT_SEEDS

@@ -147,6 +147,7 @@ def test_e_h100_h200_a100_for_llama3_8b_cheapest_per_1m_tokens(tmp_path, capsys)
     (["--rate", "10", "--slo", "ttft_p99=1s", "--by", "max_rate"], "ranks by"),
     (["--max-rate", "--slo", "ttft_p99=1s,cost_per_1m_tokens=0.03"], "capacity search cannot bound it"),
     (["--rate", "10", "--slo", "cost_per_1m_tokens=cheap"], "expected a number"),
+    (["--max-rate", "--slo", "ttft_p99=1s", "--by", "cost_per_hour"], "a --max-rate plan ranks by"),
 ])
 def test_bad_arguments_are_refused_by_name_with_exit_2(tmp_path, capsys, args, says):
     assert main(["plan", *args, "--out", str(tmp_path / "out")]) == 2
