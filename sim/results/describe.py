@@ -6,6 +6,7 @@ from collections import Counter
 from pathlib import Path
 
 from sim.results import fmt
+from sim.results.money import price_sources
 
 POLICY_NAMES = {"static": "static batching", "continuous": "continuous batching",
                 "chunked-prefill": "chunked prefill"}
@@ -204,6 +205,7 @@ def setup_rows(s, summary: dict) -> list[tuple[str, str]]:
     else:
         rows.append(("SLO", "; ".join(f"{c.name}: {slo_text(class_slo(s, c.name))}" for c in s.workload.classes)))
     rows.append(("step costs", cost_text(s)))
+    rows.append(("GPU prices", price_sources(s)))
     return rows
 
 

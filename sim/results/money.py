@@ -128,9 +128,12 @@ def price_text(scenario, prices: dict[str, float] | None = None) -> str:
 
 
 def price_sources(scenario, prices: dict[str, float] | None = None) -> str:
-    """Where each price comes from: "H100-SXM: <source>, <date>"."""
-    return "; ".join(f"{p.gpu}: " + ", ".join(x for x in (p.source, p.date) if x)
-                     for p in fleet_prices(scenario, prices))
+    """Each GPU's price and where it comes from: "H100-SXM $2.49/h (<source>, <date>)"."""
+    parts = []
+    for p in fleet_prices(scenario, prices):
+        where = ", ".join(x for x in (p.source, p.date) if x)
+        parts.append(f"{p.gpu} ${p.usd_per_hour:,.2f}/h" + (f" ({where})" if where else ""))
+    return "; ".join(parts)
 
 
 def dollars(v) -> str:
@@ -145,3 +148,18 @@ def cost_text(summary: dict, price: str = "") -> str:
     head = dollars(summary.get("cost_per_hour")) + "/h" + (f" ({price})" if price else "")
     return (f"{head}; {dollars(summary.get('cost_per_1m_output_tokens'))} per 1M output tokens, "
             f"{dollars(summary.get('cost_per_1m_tokens'))} per 1M tokens with prompts")
+
+
+def catalog_price_text(names, prices: dict[str, float] | None = None) -> str:
+    """Each named GPU's price per hour and where it comes from: a study's ``prices``, else the
+    catalog's source and date ("H100-SXM $2.49/h (source, date)")."""
+    prices = prices or {}
+    parts = []
+    for name in dict.fromkeys(names):
+        if name in prices:
+            parts.append(f"{name} ${prices[name]:,.2f}/h (the study's prices)")
+            continue
+        g = get_gpu(name)
+        where = ", ".join(x for x in (g.price_source, g.price_date) if x)
+        parts.append(f"{name} ${g.price_per_hour:,.2f}/h" + (f" ({where})" if where else ""))
+    return "; ".join(parts)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from sim.results import fmt
 from sim.results.describe import class_slo, has_slo, setup_rows, slo_text
-from sim.results.money import cost_text, price_sources, price_text
+from sim.results.money import cost_text, price_text
 
 LATENCIES = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "E2E"),
              ("queueing_delay", "queueing delay"))
@@ -38,10 +38,9 @@ def latency_block(summary: dict, title: str = "Latency (ms)", note: str = DEFINI
     return Block(title, rows, ["", *STATS], note)
 
 
-def results_block(summary: dict, num_gpus: int, prefix_caching: bool, slo: str,
-                  price: tuple[str, str] = ("", "")) -> Block:
+def results_block(summary: dict, num_gpus: int, prefix_caching: bool, slo: str, price: str = "") -> Block:
     """SLO attainment, goodput, throughput (with the drain explained), cost, requests and engine;
-    ``price``: the fleet's price and where it comes from (``money.price_text``, ``price_sources``)."""
+    ``price``: the fleet's price (``money.price_text``; where it comes from is a setup row)."""
     s = summary
     n = s["requests"]
     met = round(s["slo_attainment"] * n) if n else 0
@@ -55,9 +54,7 @@ def results_block(summary: dict, num_gpus: int, prefix_caching: bool, slo: str,
                  f"{fmt.rate(s['output_token_throughput'], 'output tok/s')}, "
                  f"{fmt.rate(s['total_token_throughput'], 'tok/s')} with prompts"])
     if not fmt.missing(s.get("cost_per_hour")):
-        rows.append(["cost", cost_text(s, price[0])])
-        if price[1]:
-            rows.append(["prices", price[1]])
+        rows.append(["cost", cost_text(s, price)])
     span, duration = s.get("arrival_span_s"), s.get("duration_s")
     if not fmt.missing(span) and not fmt.missing(duration):
         drain = max(duration - span, 0.0)
@@ -157,5 +154,5 @@ def summary_blocks(result) -> tuple[list[tuple[str, str]], list[Block]]:
     else:
         blocks = [latency_block(summary)]
         slo = slo_text(s.slo) if has_slo(s) else "none set: every finished request counts as meeting it"
-    blocks.append(results_block(summary, s.num_gpus, caching, slo, (price_text(s), price_sources(s))))
+    blocks.append(results_block(summary, s.num_gpus, caching, slo, price_text(s)))
     return setup, blocks

@@ -270,7 +270,7 @@ def _finish(configs: pd.DataFrame, headline: str, note: str, runs: pd.DataFrame,
 
 
 def _limits_text(acc: Acceptance) -> str:
-    return "".join(f", {k} ≤ {v:g} s" for k, v in acc.limits.items())
+    return "".join(f", {k} ≤ ${v:g}" if k.startswith("cost_") else f", {k} ≤ {v:g} s" for k, v in acc.limits.items())
 
 
 def _with_interval(row: dict, name: str, values: list[float], seeds: int) -> None:

@@ -118,6 +118,7 @@ def cmd_plan(args) -> int:
         if round_ == 0:
             _ask_if_large(plan, args, out, err_console)
         run, paths = run_plan(plan, args, out, err_console)
+        args.fresh = False  # (--fresh: the first round only; later rounds build on its runs)
         more = planner.more_cases(run, cases) if cases is not None and not run.interrupted else []
         if not more:
             break

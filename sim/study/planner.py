@@ -21,12 +21,12 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import yaml
 
 from sim.study.intervals import UNCERTAIN
-from sim.study.schema import LATENCY_METRIC, Study, StudyError, study_from_dict
+from sim.study.schema import COST_BOUNDS, LATENCY_METRIC, MaxRate, Study, StudyError, study_from_dict
 
 DEFAULT_SEEDS = 3
 DEFAULT_DURATION_S = 60.0
@@ -39,7 +39,7 @@ _PER_REQUEST = ("ttft", "tpot", "e2e")  # the scenario's per-request SLO fields 
 
 
 def _bad(option: str, value: Any, why: str) -> StudyError:
-    return StudyError(option, str(value), why)
+    return StudyError(option, None if value is None else str(value), why)
 
 
 def parse_seconds(text: str, option: str) -> float:
@@ -79,9 +79,12 @@ def parse_slo(text: str) -> Slo:
             per_request[key] = parse_seconds(value, "--slo")
         elif LATENCY_METRIC.match(key):
             limits[key] = parse_seconds(value, "--slo")
+        elif key in COST_BOUNDS:
+            limits[key] = _number(value.removeprefix("$"), "--slo")
         else:
             raise _bad("--slo", item, f"{key!r} is not a latency: expected ttft, tpot or e2e with an optional "
-                       "statistic (ttft_p99, tpot_p90, e2e_p50, queueing_delay_mean) or attainment")
+                       "statistic (ttft_p99, tpot_p90, e2e_p50, queueing_delay_mean), attainment, or a cost "
+                       f"bound in USD ({', '.join(COST_BOUNDS)})")
     for key, seconds in limits.items():  # each request is held to the bound too, unless given its own
         name = key.rpartition("_")[0]
         if name in _PER_REQUEST:
@@ -269,6 +272,9 @@ def make_request(args) -> Request:
     if args.max_rate:
         kind = "max_rate"
         by = args.by or ("cost_per_1m_tokens" if several_gpus else "max_rate")
+        ranks = get_args(MaxRate.model_fields["rank_by"].annotation)
+        if by not in ranks:
+            raise _bad("--by", by, f"a --max-rate plan ranks by {', '.join(ranks)}")
         bracket = parse_bracket(args.bracket) if args.bracket else (0.5, 128.0)
         if args.rate is not None:  # search around the rate given
             bracket = (args.rate / 8, args.rate * 8)
@@ -277,8 +283,6 @@ def make_request(args) -> Request:
         if by not in BY:
             raise _bad("--by", by, f"a cheapest plan ranks by {', '.join(BY)}")
         bracket = (args.rate / SIZING_SPAN, args.rate)
-    if by == "max_rate_per_dollar" and not args.max_rate:
-        raise _bad("--by", by, "ranks capacities: use it with --max-rate")
     cases = _pd_cases(parse_pd(args.pd)) if args.pd else []
     name = args.name or ("plan-max-rate" if args.max_rate else f"plan-{args.rate:g}rps")
     seeds = args.seeds or DEFAULT_SEEDS
@@ -453,7 +457,7 @@ def answer_text(run, req: Request) -> str:
              + (" at that rate" if req.kind == "max_rate" else ""))
     figures = [f"{heading('slo_attainment')} {_value(b, 'slo_attainment')}"]
     figures += [f"{heading(k).removesuffix(' (ms)')} {_value(b, k)} ms" for k in req.acceptance.get("limits", {})
-                if k in b]
+                if k in b and k not in COST_BOUNDS]
     return f"{head}; {money}; {', '.join(figures)}; {on}" + _uncertain(run, b)
 
 

@@ -226,6 +226,19 @@ def gpu_readings(run: StudyRun) -> list[str]:
     return [str(resolution(v)) for v in names]
 
 
+def _prices_text(plan) -> str:
+    """The GPUs' prices per hour and their sources (cost per token: the fleet's $/h over the
+    arrival window, per token served)."""
+    from sim.results.money import catalog_price_text, cost_per_hour
+
+    ran = [c for c in plan.configs if not c.skipped]
+    names = sorted({g for c in ran for g in c.gpus})
+    text = catalog_price_text(names, plan.study.prices)
+    if any(abs(c.cost_per_hour - cost_per_hour(c.gpus, plan.study.prices)) > 1e-9 for c in ran):
+        text += "; hardware.price_per_gpu_hour where a configuration sets it"
+    return text
+
+
 def base_rows(run: StudyRun) -> list[tuple[str, str]]:
     """What the study simulates, from its first configuration: model, traffic, SLO, what varies."""
     from sim.results.describe import has_slo, model_text, slo_text, traffic_text
@@ -250,6 +263,7 @@ def base_rows(run: StudyRun) -> list[tuple[str, str]]:
     rows.append(("meets the SLO when", f"≥ {obj.slo_target:.0%} of requests within it" + (f", and {limits}"
                                                                                          if limits else "")))
     rows.append(("seeds", seeds_text(plan.seeds).removeprefix("on ")))
+    rows.append(("GPU prices", _prices_text(plan)))
     short = headers(run)
     rows.append(("varies", "; ".join(f if short.get(f, f) == f else f"{short[f]} ({f})" for f in plan.swept)
                  or "nothing"))

@@ -29,6 +29,8 @@ Fraction = Annotated[float, Field(gt=0, le=1)]
 
 # Latency metrics of a run's summary that ``limits`` may bound from above.
 LATENCY_METRIC = re.compile(r"^(ttft|tpot|e2e|queueing_delay)_(mean|p50|p90|p99)$")
+# ... and its costs per token (USD, at the scenario's own prices: sim.results.money).
+COST_BOUNDS = ("cost_per_1m_tokens", "cost_per_1m_output_tokens")
 
 
 # Per-run summary metrics a study can rank, plot or bound.
@@ -103,16 +105,18 @@ class Acceptance(Strict):
     """When a run counts as meeting the SLOs."""
 
     slo_target: Fraction = 0.9  # share of requests within the scenario's slo limits
-    limits: dict[str, PositiveFloat] = {}  # upper bounds on summary latencies, e.g. ttft_p99
+    # upper bounds on summary latencies (seconds), e.g. ttft_p99, or on the cost per token (USD):
+    # cost_per_1m_tokens, cost_per_1m_output_tokens
+    limits: dict[str, PositiveFloat] = {}
     rate_field: str | None = None  # None: workload.trace.rate for traces, else arrival rate
 
     @field_validator("limits")
     @classmethod
     def _latency_metrics(cls, v: dict[str, float]) -> dict[str, float]:
         for key in v:
-            if not LATENCY_METRIC.match(key):
-                raise ValueError(f"{key!r} is not a latency metric; expected e.g. ttft_p99, "
-                                 "tpot_p90, e2e_p50 or queueing_delay_mean")
+            if not LATENCY_METRIC.match(key) and key not in COST_BOUNDS:
+                raise ValueError(f"{key!r} is not a latency metric or a cost per token; expected e.g. ttft_p99, "
+                                 f"tpot_p90, e2e_p50, queueing_delay_mean or {' or '.join(COST_BOUNDS)}")
         return v
 
 
@@ -126,6 +130,16 @@ class MaxRate(Acceptance):
     # cost_per_1m_tokens: the cost per 1M tokens at each configuration's max rate (lowest first)
     rank_by: Literal["max_rate", "max_rate_per_gpu", "max_rate_per_dollar", "cost_per_1m_tokens",
                      "cost_per_1m_output_tokens"] = "max_rate"
+
+    @field_validator("limits")
+    @classmethod
+    def _no_cost_bound(cls, v: dict[str, float]) -> dict[str, float]:
+        bound = [k for k in v if k in COST_BOUNDS]
+        if bound:
+            raise ValueError(f"{bound[0]} falls as the rate rises, so a capacity search cannot bound it (the "
+                             "lowest rates would fail); bound it in a cheapest or curves objective, or rank "
+                             "by it (rank_by)")
+        return v
 
     @field_validator("bracket")
     @classmethod
@@ -199,6 +213,15 @@ class Study(Strict):
     # Scenario fields (dotted paths) this study needs; a simulator without them stops the
     # study with a message saying so, rather than "unknown field".
     requires: list[str] = []
+
+    @model_validator(mode="after")
+    def _cost_bounds_at_the_scenarios_prices(self):
+        bound = [k for k in self.objective.limits if k in COST_BOUNDS]
+        if bound and self.prices:
+            raise ValueError(f"objective.limits bounds {bound[0]}, which a run judges at the scenario's own GPU "
+                             "prices, while prices sets others; set hardware.price_per_gpu_hour (in set or "
+                             "vary) instead of prices, or drop the bound")
+        return self
 
     @field_validator("prices")
     @classmethod

@@ -145,6 +145,9 @@ def test_e_h100_h200_a100_for_llama3_8b_cheapest_per_1m_tokens(tmp_path, capsys)
     (["--rate", "10", "--slo", "ttft_p99=1s", "--scenario", "/no/such.yaml"], "no such scenario file"),
     (["--rate", "10", "--slo", "ttft_p99=1s", "--gpu", "H999", "--replicas", "1"], "H999"),
     (["--rate", "10", "--slo", "ttft_p99=1s", "--by", "max_rate"], "ranks by"),
+    (["--max-rate", "--slo", "ttft_p99=1s,cost_per_1m_tokens=0.03"], "capacity search cannot bound it"),
+    (["--rate", "10", "--slo", "cost_per_1m_tokens=cheap"], "expected a number"),
+    (["--max-rate", "--slo", "ttft_p99=1s", "--by", "cost_per_hour"], "a --max-rate plan ranks by"),
 ])
 def test_bad_arguments_are_refused_by_name_with_exit_2(tmp_path, capsys, args, says):
     assert main(["plan", *args, "--out", str(tmp_path / "out")]) == 2
@@ -196,3 +199,16 @@ def test_more_cases_brackets_the_fewest_replicas():
     assert more == [case(6, 4)]
     rows.append({"config": "6 × (tp=4)", "meets_slo": False, "cost_per_hour": 60.0, "verdict": "fails"})
     assert planner.more_cases(_Run(rows, rows[0]), [*cases, case(6, 4)]) == []
+
+
+def test_a_cost_bound_in_the_slo_judges_each_configuration(tmp_path, capsys):
+    def plan(bound: str) -> dict:
+        out = tmp_path / bound
+        main(["plan", "--rate", "6", "--replicas", "1", "--slo", f"ttft_p99=1s,cost_per_1m_tokens={bound}",
+              "--requests", "60", "--seeds", "1", "--out", str(out), "--jobs", "1"])
+        return pd.read_csv(out / "configs.csv").iloc[0].to_dict()
+
+    loose, tight = plan("1"), plan("0.001")
+    assert loose["verdict"] == "meets" and loose["cost_per_1m_tokens"] < 1
+    assert tight["verdict"] == "fails" and "cost_per_1m_tokens" in tight["why"]
+    assert "no configuration tried meets the SLO" in capsys.readouterr().out

@@ -78,6 +78,9 @@ def test_compare_shows_cost_per_token_columns(tmp_path, capsys):
     assert frame.loc["x", "cost_per_hour"] == pytest.approx(get_gpu("H100-SXM").price_per_hour)
     assert frame.loc["y", "cost_per_hour"] == pytest.approx(get_gpu("A100-80GB").price_per_hour)
     assert (frame["cost_per_1m_tokens"] > 0).all()
+    a100 = get_gpu("A100-80GB")
+    html = (out / "report.html").read_text()  # each scenario's prices and their sources
+    assert "GPU prices" in html and f"A100-80GB ${a100.price_per_hour:.2f}/h" in html and a100.price_date in html
 
 
 def test_a_study_ranks_by_cost_per_token_at_its_own_prices(tmp_path, capsys):
@@ -99,3 +102,15 @@ def test_a_study_ranks_by_cost_per_token_at_its_own_prices(tmp_path, capsys):
         1.0 / get_gpu("A100-80GB").price_per_hour, rel=1e-6)
     best = json.loads((out / "answer.json").read_text())["best"]
     assert best["hardware.gpu"] == "H100-SXM"
+    html = (out / "report.html").read_text()
+    assert "H100-SXM $1.00/h (the study&#x27;s prices)" in html and get_gpu("A100-80GB").price_source[:20] in html
+
+
+def test_a_study_refuses_a_cost_bound_its_prices_would_contradict(tmp_path, capsys):
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump({"name": "s", "model": "llama-3-8b"}))
+    study = {"scenario": "s.yaml", "prices": {"H100-SXM": 1.0},
+             "objective": {"kind": "cheapest", "rate": 6, "limits": {"cost_per_1m_tokens": 0.5}}}
+    (tmp_path / "st.yaml").write_text(yaml.safe_dump(study))
+    assert main(["study", str(tmp_path / "st.yaml"), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "st.yaml" in err and "hardware.price_per_gpu_hour" in err and "Traceback" not in err
