@@ -22,7 +22,7 @@ def never_fits(c, e, rid):
     total = c.req.prompt_len[rid] + c.req.output_len[rid]
     if total > c.settings[e, Setting.MAX_LEN]:
         return MAX_MODEL_LEN
-    if kv.blocks_for(total, c.settings[e, Setting.BLOCK_SIZE]) > c.settings[e, Setting.NUM_BLOCKS]:
+    if kv.blocks_for(c, e, total) > c.settings[e, Setting.NUM_BLOCKS]:
         return KV_CAPACITY
     return 0
 
@@ -89,7 +89,7 @@ def admit_waiting(c, e, token_budget, seq_budget, chunked, reserve_whole):
             if not (oversized and added == 0):
                 break  # wait for the next step's budget
         reserve = r.prompt_len[rid] + r.output_len[rid] if reserve_whole else n
-        need = kv.blocks_for(computed + reserve, bs) - hit
+        need = kv.blocks_for(c, e, computed + reserve) - hit
         pinned = kv.pin_cost(c, e, rid, hit) if hit else 0
         if need + pinned > room:
             break

@@ -30,7 +30,7 @@ def admit_remote(c, e):
             reject(c, rid, reason)
             emit(c, rid, DROP_KV)
             continue
-        need = kv.blocks_for(r.num_computed[rid] + 1 + c.settings[e, Setting.SPEC_K], c.settings[e, Setting.BLOCK_SIZE])
+        need = kv.blocks_for(c, e, r.num_computed[rid] + 1 + c.settings[e, Setting.SPEC_K])
         if need > room:
             break
         queues.pop_front(c, e, q)

@@ -12,8 +12,22 @@ from sim.core.state import Counter, Setting
 
 
 @leaf
-def blocks_for(tokens, block_size):
+def token_blocks(tokens, block_size):
     return -(-tokens // block_size)
+
+
+@leaf
+def blocks_for(c, e, tokens):
+    """Blocks a request of ``tokens`` tokens holds on engine e. A block is a block of tokens
+    across all layers; where sliding-window layers (``WINDOW_PPM`` parts per million of a
+    block's bytes) keep at most ``WINDOW_BLOCKS`` of them, as the engines free what leaves the
+    window, a long request holds that share only for its window."""
+    n = token_blocks(tokens, c.settings[e, Setting.BLOCK_SIZE])
+    ppm = c.settings[e, Setting.WINDOW_PPM]
+    w = c.settings[e, Setting.WINDOW_BLOCKS]
+    if ppm == 0 or n <= w:
+        return n
+    return -(-((1_000_000 - ppm) * n + ppm * w) // 1_000_000)
 
 
 @leaf

@@ -81,7 +81,6 @@ def chunked(c, e):
     grow(c, e, 0)
     budget -= c.counters[e, Counter.PN]
     if prefilling:  # then prompts part-way through, oldest first
-        bs = c.settings[e, Setting.BLOCK_SIZE]
         for i in range(c.counters[e, Counter.NRUN]):
             rid = c.running[e, i]
             done = r.num_computed[rid]
@@ -91,7 +90,7 @@ def chunked(c, e):
             if budget <= 0:
                 break
             n = min(rest, budget)
-            need = kv.blocks_for(done + n, bs) - r.num_blocks[rid]
+            need = kv.blocks_for(c, e, done + n) - r.num_blocks[rid]
             if need > kv.available(c, e):
                 break
             kv.allocate(c, e, need)

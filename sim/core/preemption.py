@@ -12,10 +12,10 @@ from sim.core.state import Counter, Setting
 
 
 @leaf
-def _short(tokens, blocks, bs):
+def _short(c, e, tokens, blocks, bs):
     """The blocks missing for ``tokens`` tokens when ``blocks`` are held (most steps: none, found
     without dividing)."""
-    return kv.blocks_for(tokens, bs) - blocks if tokens > blocks * bs else 0
+    return max(kv.blocks_for(c, e, tokens) - blocks, 0) if tokens > blocks * bs else 0
 
 
 @jit
@@ -29,7 +29,7 @@ def grow(c, e, first):
     while True:
         total = 0
         for i in range(first, c.counters[e, Counter.PN]):
-            total += _short(num_computed[ids[i]] + new[i] + ahead, num_blocks[ids[i]], bs)
+            total += _short(c, e, num_computed[ids[i]] + new[i] + ahead, num_blocks[ids[i]], bs)
         if total <= kv.available(c, e) or c.counters[e, Counter.NRUN] == 0:
             break
         victim = c.running[e, c.counters[e, Counter.NRUN] - 1]
@@ -45,7 +45,7 @@ def grow(c, e, first):
         kv.allocate(c, e, total)
         for i in range(first, c.counters[e, Counter.PN]):
             rid = ids[i]
-            num_blocks[rid] += _short(num_computed[rid] + new[i] + ahead, num_blocks[rid], bs)
+            num_blocks[rid] += _short(c, e, num_computed[rid] + new[i] + ahead, num_blocks[rid], bs)
 
 
 @jit

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from sim.core.jit import leaf
 from sim.core.kvblocks import blocks_for
-from sim.core.state import Counter, Setting
+from sim.core.state import Counter
 
 
 @leaf
@@ -32,7 +32,7 @@ def _count(c, e, q):
 
 @leaf
 def _queued_blocks(c, e, rid):
-    return blocks_for(c.req.prompt_len[rid], c.settings[e, Setting.BLOCK_SIZE])
+    return blocks_for(c, e, c.req.prompt_len[rid])
 
 
 @leaf

@@ -32,7 +32,9 @@ def columns(name: str, names: str, doc: str) -> type[IntEnum]:
 
 
 Setting = columns("Setting", """POLICY NUM_BLOCKS BLOCK_SIZE MAX_SEQS MAX_BATCHED CHUNK WATERMARK BATCH_SIZE
-    SWAP PREFIX SPEC_K ROLE REPLICA MAX_LEN TP MULTI_STEP""", "An engine's settings: settings[e, Setting.X] (int64).")
+    SWAP PREFIX SPEC_K ROLE REPLICA MAX_LEN TP MULTI_STEP WINDOW_BLOCKS WINDOW_PPM""",
+                  "An engine's settings: settings[e, Setting.X] (int64). WINDOW_*: sliding-window layers' cap "
+                  "(sim/core/kvblocks.blocks_for).")
 FloatSetting = columns("FloatSetting", "BATCH_TIMEOUT SPEC_ALPHA",
                        "An engine's float settings: float_settings[e, FloatSetting.X].")
 Counter = columns("Counter", """FREE HOST_FREE NRUN NWAIT NSWAP NREMOTE NTRANSFER PREEMPTED PN SWAP_IN SWAP_OUT
@@ -134,6 +136,8 @@ class EngineSpec:
     role: str = "colocated"
     host_blocks: int = 0  # swap space, in blocks
     tp: int = 1
+    window_blocks: int = 0  # the most blocks a sliding-window layer keeps per request (0: no cap)
+    window_ppm: int = 0  # parts per million of a block's bytes in those layers
 
 
 def engines_of(scenario) -> list[EngineSpec]:
@@ -146,7 +150,7 @@ def engines_of(scenario) -> list[EngineSpec]:
         hw, mem, pp = spec.hardware, spec.memory, spec.hardware.pp
         host = int(hw.host_memory_gb * GiB // (mem.kv_bytes_per_token * mem.block_size)) // pp
         out += [EngineSpec(spec.scheduler, mem.num_blocks // pp, mem.block_size, scenario.model_spec.max_model_len,
-                           spec.index, spec.role, host, hw.tp)] * pp
+                           spec.index, spec.role, host, hw.tp, mem.window_blocks, mem.window_ppm)] * pp
     return out
 
 
@@ -204,7 +208,8 @@ def core_of(engines: list[EngineSpec], requests: RequestTable, *, seed: int = 0,
             watermark=0 if s.policy == "static" else int(s.watermark * x.num_blocks), batch_size=s.batch_size,
             swap=s.preemption == "swap", prefix=s.prefix_caching,
             spec_k=s.speculative.num_tokens if s.speculative else 0, role=ROLES[x.role], replica=x.replica,
-            max_len=x.max_model_len, tp=x.tp, multi_step=s.num_scheduler_steps)
+            max_len=x.max_model_len, tp=x.tp, multi_step=s.num_scheduler_steps, window_blocks=x.window_blocks,
+            window_ppm=x.window_ppm)
         put(float_settings[e], FloatSetting, batch_timeout=s.batch_timeout_s,
             spec_alpha=s.speculative.acceptance_rate if s.speculative else 0.0)
         counters[e, Counter.FREE] = x.num_blocks

@@ -33,13 +33,15 @@ RUN_STEPS = 64  # the longest run: only rows that end or grow within it are sort
 @jit
 def steady(c, e, now):
     """Is engine e's planned step the first of a steady decode run: a continuous or chunked
-    engine, not prefilling for others, not pipelined, no speculation; every running request
-    (and only they) decodes, every one of them had its last token now; nobody waits, nothing
+    engine, not prefilling for others, not pipelined, no speculation, no sliding-window cap;
+    every running request (and only they) decodes, every one of them had its last token now; nobody waits, nothing
     is on its way in, nothing was preempted or swapped for this step."""
     p = c.settings[e]
     if p[Setting.POLICY] != CONTINUOUS and p[Setting.POLICY] != CHUNKED_PREFILL:
         return False
     if p[Setting.ROLE] == PREFILL or p[Setting.SPEC_K] or c.replicas[p[Setting.REPLICA], Replica.COUNT] > 1:
+        return False
+    if p[Setting.WINDOW_PPM]:  # blocks grow unevenly past a sliding window: step by step
         return False
     s = c.counters[e]
     if (s[Counter.PN] != s[Counter.NRUN] or s[Counter.NWAIT] or s[Counter.NSWAP] or s[Counter.NREMOTE]
@@ -100,7 +102,7 @@ def decode_run(c, costs, L, e, now, end, horizon):
             i = by_end[f_next]
             f_next += 1
             rid = ids[i]
-            _materialize(c, rid, c0[i], j, max(h[i], kv.blocks_for(c0[i] + j, bs)), t)
+            _materialize(c, rid, c0[i], j, max(h[i], kv.blocks_for(c, e, c0[i] + j)), t)
             finish(c, e, rid, t)
             live[i] = False
             k -= 1
@@ -184,7 +186,7 @@ def _leave(c, e, ids, c0, h, live, j, t, bs, planned):
         if not live[i]:
             continue
         rid = ids[i]
-        _materialize(c, rid, c0[i], committed, max(h[i], kv.blocks_for(c0[i] + j, bs)), t)
+        _materialize(c, rid, c0[i], committed, max(h[i], kv.blocks_for(c, e, c0[i] + j)), t)
         c.running[e, k] = rid
         if planned:
             c.p_ids[e, k] = rid

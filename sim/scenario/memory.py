@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sim.scenario.specs import GpuSpec, ModelSpec
+from sim.scenario.specs.layers import WINDOWED
 from sim.scenario.specs.models import DTYPE_BYTES
 
 GiB = 1024**3
@@ -22,6 +23,8 @@ class MemoryBudget:
     fixed_blocks: int | None = None  # set by hand (hardware.kv_blocks), e.g. to match an engine
     state_bytes: float = 0.0  # linear-attention / SSM state held for max_num_seqs requests, per GPU
     notes: tuple[str, ...] = ()  # where the budget knowingly over-counts (sliding windows)
+    window_blocks: int = 0  # the most blocks a sliding-window layer keeps per request (0: no cap)
+    window_ppm: int = 0  # parts per million of a block's bytes in sliding-window layers
 
     @property
     def num_blocks(self) -> int:
@@ -51,7 +54,7 @@ def memory_budget(model: ModelSpec, gpu: GpuSpec, *, tp: int = 1, pp: int = 1,
                   activation_bytes: float | None = None, weight_dtype: str | None = None,
                   kv_dtype: str | None = None, expert_parallel: bool = False,
                   fixed_blocks: int | None = None, share_of: str = "total",
-                  draft_weight_bytes: float = 0.0) -> MemoryBudget:
+                  draft_weight_bytes: float = 0.0, prefix_caching: bool = False) -> MemoryBudget:
     """KV memory per GPU = memory × utilisation − weights − activation reserve, or, where the
     engine's utilisation is a share of the free memory (``share_of="free"``: TensorRT-LLM's
     kv_cache_free_gpu_mem_fraction, TurboMind's cache_max_entry_count), (memory − weights −
@@ -63,7 +66,9 @@ def memory_budget(model: ModelSpec, gpu: GpuSpec, *, tp: int = 1, pp: int = 1,
     fixed state per request instead, reserved for ``max_num_seqs`` requests (as vLLM sizes its
     mamba cache) and taken from the KV memory. ``draft_weight_bytes``: an MTP or EAGLE head's
     own weights (it shares the target's embedding and LM head). With expert parallelism the experts, not their
-    columns, are split over TP.
+    columns, are split over TP. Sliding-window layers keep at most their window (+ a block) of a
+    request's tokens (``window_blocks``, ``window_ppm``; see sim/core/kvblocks.blocks_for), except
+    with prefix caching, where every token is counted in them (said in ``notes``).
     (Either way an MoE layer's weights divide evenly, so the per-GPU share is the same.)
     """
     weights = (model.weight_bytes(weight_dtype) + draft_weight_bytes) / (tp * pp)
@@ -84,18 +89,34 @@ def memory_budget(model: ModelSpec, gpu: GpuSpec, *, tp: int = 1, pp: int = 1,
         block_size=block_size,
         fixed_blocks=fixed_blocks,
         state_bytes=state,
-        notes=window_notes(model, block_size),
+        notes=window_notes(model, block_size) if prefix_caching else (),
+        **window_cap(model, block_size, kv_dtype, tp, pp, prefix_caching),
     )
 
 
+def window_cap(model: ModelSpec, block_size: int, kv_dtype: str | None, tp: int, pp: int,
+               prefix_caching: bool) -> dict[str, int]:
+    """How the core caps a request's blocks in sliding-window (and chunked) layers: their share
+    of a block's bytes, in parts per million, and the most blocks of tokens they keep
+    (``ceil(W / block) + 1``). None with prefix caching, whose shared blocks span every layer."""
+    if prefix_caching or not model.windowed_layers or model.sliding_window >= model.max_model_len:
+        return {}
+    b = DTYPE_BYTES[kv_dtype or model.dtype]
+    windowed = sum(g.count * model.kv_elements_per_layer(g.attention) * b / model.kv_shards(g.attention, tp)
+                   for g in model.groups if g.attention in WINDOWED) / pp
+    share = windowed / model.kv_bytes_per_token_gpu(kv_dtype, tp, pp)
+    return {"window_blocks": -(-model.sliding_window // block_size) + 1,
+            "window_ppm": min(1_000_000, round(share * 1_000_000))}
+
+
 def window_notes(model: ModelSpec, block_size: int) -> tuple[str, ...]:
-    """The sliding-window over-count, said out loud: the KV cache is counted in blocks of
-    tokens across all layers, so a windowed layer is charged for every token of a request
+    """The sliding-window over-count with prefix caching, said out loud: cached blocks are
+    shared across all layers, so a windowed layer is charged for every token of a request
     although the engines keep at most its window (+ a block) of them."""
     if not model.windowed_layers or model.sliding_window >= model.max_model_len:
         return ()
     kind = "chunked" if any(g.attention == "chunked" for g in model.groups) else "sliding-window"
     return (f"{model.name}: its {model.windowed_layers} {kind} layers hold at most {model.sliding_window} + "
-            f"{block_size} tokens per request in the engines, but the KV budget counts every token of a "
-            "request in them: KV memory is over-counted for requests longer than the window (capacity and "
-            "preemption are pessimistic there)",)
+            f"{block_size} tokens per request in the engines, but with prefix caching the KV budget counts "
+            "every token of a request in them: KV memory is over-counted for requests longer than the window "
+            "(capacity and preemption are pessimistic there)",)

@@ -402,7 +402,7 @@ class Scenario(Strict):
             activation_bytes=act, weight_dtype=self.quantization.weights,
             kv_dtype=self.quantization.kv_cache, expert_parallel=hw.expert_parallel,
             fixed_blocks=hw.kv_blocks, share_of=self.engine.memory_share_of,
-            draft_weight_bytes=self._draft_head_bytes(sch),
+            draft_weight_bytes=self._draft_head_bytes(sch), prefix_caching=sch.prefix_caching,
         )
 
     def _draft_head_bytes(self, sch: Scheduler) -> float:

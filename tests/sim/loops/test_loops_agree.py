@@ -76,6 +76,13 @@ CASES = {
     # Requests that can never run are rejected, for each reason.
     "batch-tokens": {"scheduler__max_batched_tokens": 512,
                      "workload__prompt_len": {"dist": "uniform", "min": 16, "max": 900}, **PRESSURE},
+    # Sliding-window layers keep only their window of a long request's blocks (Gemma-3: 52 of 62).
+    "sliding-window": {"model": "gemma-3-27b", "hardware__kv_blocks": 900,
+                       "workload__prompt_len": {"dist": "uniform", "min": 500, "max": 4000}, **PRESSURE},
+    "sliding-window-chunked-swap": {"model": "gpt-oss-120b", "scheduler__policy": "chunked-prefill",
+                                    "scheduler__preemption": "swap", "hardware__kv_blocks": 700,
+                                    "workload__prompt_len": {"dist": "uniform", "min": 100, "max": 3000},
+                                    **PRESSURE},
     "kv-capacity": {"hardware__kv_blocks": 30, "workload__prompt_len": {"dist": "uniform", "min": 16, "max": 900}},
     "too-long": {"workload__prompt_len": {"dist": "uniform", "min": 4000, "max": 9000},
                  "workload__num_requests": 40},

@@ -253,11 +253,15 @@ def test_a_key_that_would_change_the_cost_is_refused_by_name(tmp_path, capsys, c
     assert code == 2 and f"config.json: {field}:" in " ".join(out.split()) and "Traceback" not in out
 
 
-def test_windowed_models_say_their_kv_is_over_counted():
-    s = load_scenario(None, ["model=gemma-3-27b", "hardware.gpu=H100"])
+def test_windowed_models_say_their_kv_is_over_counted_with_prefix_caching():
+    """Without prefix caching the core caps their windowed layers' blocks (tests/sim/core/
+    test_sliding_window_kv.py); with it, every token is counted there, and the run says so."""
+    s = load_scenario(None, ["model=gemma-3-27b", "hardware.gpu=H100", "scheduler.prefix_caching=true"])
     notes = " ".join(s.model_notes)
     assert "gemma-3-27b" in notes and "52 sliding-window layers" in notes and "over-counted" in notes
     assert "vision tower" in notes
+    capped = " ".join(load_scenario(None, ["model=gemma-3-27b", "hardware.gpu=H100"]).model_notes)
+    assert "vision tower" in capped and "over-counted" not in capped
     assert load_scenario(None, ["model=llama-3-8b"]).model_notes == []
 
 
@@ -271,11 +275,12 @@ def test_list_models_shows_active_parameters_attention_and_kv(capsys):
 
 
 def test_a_run_warns_what_the_model_leaves_out(tmp_path, capsys):
-    path = write(tmp_path, "model: gemma-3-27b\nworkload: {num_requests: 3}\n")
+    path = write(tmp_path, "model: gemma-3-27b\nworkload: {num_requests: 3}\n"
+                           "scheduler: {prefix_caching: true}\n")
     code, out = run_cli(capsys, "run", str(path), "--out", str(tmp_path / "o"), "--format", "csv")
     assert code == 0 and "vision tower" in out
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
-    assert any("sliding-window layers" in w for w in summary["warnings"])
+    assert any("sliding-window layers" in w for w in summary["warnings"])  # counted whole with prefix caching
     assert any("vision tower" in w for w in summary["warnings"])
 
 
