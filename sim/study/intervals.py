@@ -6,7 +6,7 @@ single-seed run and the same command gives the same seeds, and the same results,
 
 - Means, rates and shares (SLO attainment, goodput, throughput, offered rate, ``*_mean``, a
   capacity search's per-seed highest passing rate): Student t over the seeds,
-  mean ± t(0.975, N − 1) · sd / √N (shares clipped to [0, 1]).
+  mean ± t(0.975, N − 1) · sd / √N (clipped at 0, shares also at 1).
 - Percentiles (``*_p50``, ``*_p90``, ``*_p99``): a percentile bootstrap over the seeds: the
   seeds' values resampled with replacement (``BOOTSTRAP`` times, a fixed generator, so it is
   deterministic), the 2.5th and 97.5th percentiles of the resampled means. A tail percentile's
@@ -94,8 +94,9 @@ def interval(values: Iterable[float | None], metric: str = "") -> Interval:
     else:
         half = t_quantile(n - 1) * float(x.std(ddof=1)) / math.sqrt(n)
         lo, hi = mean - half, mean + half
+    lo = max(lo, 0.0)  # every figure here is a rate, a time, a count, a share or a price: never below 0
     if metric in _SHARES:
-        lo, hi = max(lo, 0.0), min(hi, 1.0)
+        hi = min(hi, 1.0)
     return Interval(mean, float(lo), float(hi), n)
 
 

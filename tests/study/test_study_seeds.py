@@ -21,8 +21,10 @@ from .helpers import SMALL, write_study
 def test_t_interval_of_known_values():
     iv = interval([1.0, 2.0, 3.0], "goodput")
     half = 4.303 * 1.0 / math.sqrt(3)
-    assert (iv.mean, iv.lo, iv.hi, iv.n) == pytest.approx((2.0, 2.0 - half, 2.0 + half, 3))
+    assert (iv.mean, iv.lo, iv.hi, iv.n) == pytest.approx((2.0, max(2.0 - half, 0.0), 2.0 + half, 3))
     assert interval([0.95, 0.99], "slo_attainment").hi == 1.0  # a share's interval stays in [0, 1]
+    wide = interval([0.5, 53.0], "max_rate")  # two seeds far apart: t's half-width passes zero
+    assert wide.lo == 0.0 and wide.hi == pytest.approx(26.75 + 12.706 * 52.5 / math.sqrt(2) / math.sqrt(2))
     one = interval([7.0, None], "goodput")
     assert one.point and (one.mean, one.lo, one.hi) == (7.0, 7.0, 7.0)
 
