@@ -53,19 +53,25 @@ def _set_path(data: dict, dotted: str, value: Any, source: str) -> None:
 PATH_FIELDS = ("path", "hf_config", "profile")
 
 
-def paths_from_working_folder(dotted: str, value: Any) -> Any:
-    """A value given on the command line (``--set dotted=value``) with the relative file paths
-    in it made absolute against the working folder, where the person typing it stands (paths
-    written in a scenario file still resolve against the file's folder)."""
+def paths_from(folder: Path, dotted: str, value: Any) -> Any:
+    """``value`` (for the field ``dotted``) with the relative file paths in it made absolute
+    against ``folder``: the folder of the file or the command line that wrote them."""
     key = dotted.rsplit(".", 1)[-1]
     if isinstance(value, str) and key in PATH_FIELDS:
         p = Path(value).expanduser()
-        return value if p.is_absolute() else str(Path.cwd() / p)
+        return value if p.is_absolute() else str(folder / p)
     if isinstance(value, dict):
-        return {k: paths_from_working_folder(f"{dotted}.{k}", v) for k, v in value.items()}
+        return {k: paths_from(folder, f"{dotted}.{k}", v) for k, v in value.items()}
     if isinstance(value, list):
-        return [paths_from_working_folder(f"{dotted}.{i}", v) for i, v in enumerate(value)]
+        return [paths_from(folder, f"{dotted}.{i}", v) for i, v in enumerate(value)]
     return value
+
+
+def paths_from_working_folder(dotted: str, value: Any) -> Any:
+    """A value given on the command line (``--set dotted=value``) with its relative file paths
+    made absolute against the working folder, where the person typing it stands (paths written
+    in a scenario file still resolve against the file's folder, a study's against the study's)."""
+    return paths_from(Path.cwd(), dotted, value)
 
 
 def apply_overrides(data: dict, overrides: list[str], source: str) -> dict:

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ValidationError
 
 from sim.errors import InputError, ScenarioError
 from sim.results.money import cost_per_hour, gpu_inventory, own_prices
-from sim.scenario.load import read_scenario_file, scenario_from_dict
+from sim.scenario.load import paths_from, read_scenario_file, scenario_from_dict
 from sim.scenario.schema import Scenario
 from sim.study.intervals import seed_for
 from sim.study.overrides import apply, canonical, get_path, set_path, short_names, show
@@ -137,9 +137,10 @@ def check_cli_sets(study: Study, cli_set: dict[str, Any]) -> None:
                                  "or change the study's vary")
 
 
-def _combinations(study: Study, cli_set: dict[str, Any] | None = None
+def _combinations(study: Study, cli_set: dict[str, Any] | None = None, folder: Path = Path(".")
                   ) -> list[tuple[dict[str, Any], dict[str, str], dict[str, Any]]]:
-    """(overrides, where each override is set, swept values) for each configuration."""
+    """(overrides, where each override is set, swept values) for each configuration; relative
+    file paths the study file writes start from its ``folder``."""
     v = study.vary
     grid_keys = list(v.grid)
     grid = list(itertools.product(*(v.grid[k] for k in grid_keys))) or [()]
@@ -148,17 +149,17 @@ def _combinations(study: Study, cli_set: dict[str, Any] | None = None
     cases: list[Any] = list(enumerate(v.cases)) or [None]
     out = []
     for case, g, z in itertools.product(cases, grid, zipped):
-        overrides = {**study.set, **(cli_set or {})}
+        overrides = {**{k: paths_from(folder, k, x) for k, x in study.set.items()}, **(cli_set or {})}
         sources = {k: f"set.{k}" for k in study.set} | {k: f"--set {k}" for k in cli_set or {}}
         values: dict[str, Any] = {}
         if case is not None:
             i, c = case
-            overrides.update(c.set)
+            overrides.update({k: paths_from(folder, k, x) for k, x in c.set.items()})
             sources.update({k: f"vary.cases[{i}].set.{k}" for k in c.set})
             values["case"] = c.name
         for kind, keys, vals in (("grid", grid_keys, g), ("zip", zip_keys, z)):
             for k, val in zip(keys, vals, strict=True):
-                overrides[k] = val
+                overrides[k] = paths_from(folder, k, val)
                 sources[k] = f"vary.{kind}.{k}"
                 values[k] = val
         out.append((overrides, sources, values))
@@ -213,7 +214,7 @@ def plan_study(study: Study, study_path: str | Path, cli_set: dict[str, Any] | N
         raise StudyError(source, "scenario", f"{e}") from None
     scenario_from_dict(base, str(scenario_path), base_dir)  # the base on its own: names its file
 
-    combos = _combinations(study, cli_set)
+    combos = _combinations(study, cli_set, study_path.parent.resolve())
     swept = list(combos[0][2])
     short = short_names([k for k in swept if k != "case"])
     obj = study.objective

@@ -186,11 +186,12 @@ def _rescalable(scenario: Path, trace: str | None) -> dict[str, Any]:
     (``workload.trace.rate``), and a trace takes one or the other."""
     if trace:
         return {}
-    from sim.scenario.load import read_scenario_file
+    from sim.scenario.load import paths_from, read_scenario_file
 
     base = (read_scenario_file(scenario).get("workload") or {}).get("trace")
-    if isinstance(base, dict) and "time_scale" in base:
-        return {"workload.trace": {k: v for k, v in base.items() if k != "time_scale"}}
+    if isinstance(base, dict) and "time_scale" in base:  # its path, as the scenario file meant it
+        return {"workload.trace": paths_from(scenario.parent, "workload.trace",
+                                             {k: v for k, v in base.items() if k != "time_scale"})}
     return {}
 
 

@@ -74,3 +74,21 @@ def test_study_and_compare_read_the_working_folders_file(tmp_path, monkeypatch):
     assert main(["compare", str(path), str(path), "--out", "cmp", "--jobs", "1",
                  "--set", "workload.trace.path=trace.csv"]) == 0
     assert set(pd.read_csv(work / "cmp" / "summary.csv")["requests"]) == {ROWS}
+
+
+def test_paths_a_study_file_writes_start_from_the_study_file(tmp_path, monkeypatch):
+    """The base scenario in one folder, the study (and the trace it names) in another, run from
+    a third: the study's ``set`` and its cases' paths start from the study file's folder."""
+    scen, studies, work = tmp_path / "scen", tmp_path / "studies", tmp_path / "work"
+    _scenario(scen)
+    _trace(studies / "mine.csv", 5)
+    _trace(studies / "other.csv", 4)
+    work.mkdir()
+    study = write_study(studies, {"scenario": "../scen/s.yaml", "set": {"workload.trace.path": "mine.csv"},
+                                  "vary": {"cases": [{"name": "mine"},
+                                                     {"name": "other", "set": {"workload.trace.path": "other.csv"}}]},
+                                  "objective": {"kind": "cheapest", "rate": None}})
+    monkeypatch.chdir(work)
+    assert main(["study", str(study), "--out", "st", "--jobs", "1"]) == 0
+    runs = pd.read_parquet(work / "st" / "runs.parquet")
+    assert sorted(runs["requests"]) == [4, 5]
