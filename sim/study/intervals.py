@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.results import fmt
+from sim.results.money import dollars
 
 LEVEL = 0.95
 BOOTSTRAP = 2000
@@ -122,6 +123,8 @@ def _text(metric: str, v: float) -> str:
         return fmt.pct(v)
     if metric.rsplit("_", 1)[0] in ("ttft", "tpot", "e2e", "itl", "queueing_delay"):
         return fmt.duration(v)
+    if metric.startswith("cost_"):
+        return dollars(v)
     return fmt.num(v)
 
 
