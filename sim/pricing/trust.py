@@ -61,6 +61,10 @@ def table() -> dict:
     return data
 
 
+def _r4(x: float | None) -> float | None:
+    return None if x is None else round(float(x), 4)
+
+
 @dataclass(frozen=True)
 class Band:
     """One metric's band: ``error`` (median |relative error|, None: not validated), the cases
@@ -78,8 +82,13 @@ class Band:
             return f"{LABELS[self.metric]} not validated ({self.basis})"
         return f"{LABELS[self.metric]} ±{self.error:.0%} ({self.basis})"
 
+    @property
+    def short(self) -> str:
+        return f"{LABELS[self.metric]} " + ("not validated" if self.error is None else f"±{self.error:.0%}")
+
     def to_json(self) -> dict:
-        return {"error": self.error, "cases": self.cases, "bias": self.bias, "basis": self.basis, "text": self.text}
+        return {"error": _r4(self.error), "cases": self.cases, "bias": _r4(self.bias), "basis": self.basis,
+                "text": self.text}
 
 
 @dataclass
@@ -94,6 +103,10 @@ class ErrorBand:
 
     def lines(self) -> list[str]:
         return [b.text for b in self.bands.values()] + self.notes
+
+    def short(self) -> str:
+        """"TTFT ±20%, TPOT/ITL ±7%, E2E not validated, throughput ±12%"."""
+        return ", ".join(b.short for b in self.bands.values()) or "; ".join(self.notes)
 
 
 def _label(level: tuple[str, ...], want: dict, cases: list[dict]) -> str:
