@@ -27,7 +27,7 @@ def band_json(result, cost=None) -> dict:
 def band_table(result, cost=None) -> tuple[str, list[list[str]], list[str], str]:
     """(title, rows, headers, note) of the summary's error band table (a ``summary_view.Block``)."""
     band = run_band(result, cost)
-    rows = [[LABELS[m], "not validated: " + b.basis if b.error is None else f"±{b.error:.0%}: {b.basis}"]
+    rows = [[f"error of {LABELS[m]}", f"not validated: {b.basis}" if b.error is None else f"±{b.error:.0%}: {b.basis}"]
             for m, b in band.bands.items()]
     rows += [["note", n] for n in band.notes]
     return TITLE, rows, [], NOTE

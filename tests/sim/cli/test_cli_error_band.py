@@ -23,7 +23,7 @@ def test_run_prints_writes_and_reports_the_error_band(tmp_path, capsys):
     tpot = expected.bands["tpot"]
     assert tpot.error is not None and tpot.cases >= 3
     assert "Error band: how far to trust these figures" in text
-    assert f"TPOT/ITL ±{tpot.error:.0%}: {tpot.basis}" in text
+    assert f"error of TPOT/ITL ±{tpot.error:.0%}: {tpot.basis}" in text
     block = json.loads((out / "summary.json").read_text())["error_band"]
     assert block["cost_model"] == "roofline" and set(block["metrics"]) == {"ttft", "tpot", "e2e", "throughput"}
     assert block["metrics"]["tpot"] == {"error": round(tpot.error, 4), "cases": tpot.cases,
@@ -37,7 +37,7 @@ def test_a_user_defined_gpu_runs_end_to_end_and_says_not_validated(tmp_path, cap
     gpu = "hardware.gpu={name: my-gpu, memory_gib: 96, hbm_tb_s: 4, peaks: {bf16: 900}, link: nvlink4}"
     assert main(["run", "--out", str(out), *SMALL, "--set", gpu, "--set", "hardware.price_per_gpu_hour=3"]) == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert "TTFT not validated: the GPU my-gpu is defined in the scenario" in text
+    assert "error of TTFT not validated: the GPU my-gpu is defined in the scenario" in text
     block = json.loads((out / "summary.json").read_text())["error_band"]
     assert all(m["error"] is None and m["cases"] == 0 for m in block["metrics"].values())
 
