@@ -61,3 +61,4 @@ def test_a_studys_answer_carries_the_band_of_its_configuration(tmp_path, capsys)
     expected = error_band(scenario_from_dict({**STUDY_BASE, "hardware": {"gpu": gpu}}, "<test>"))
     assert answer["error_band"] == expected.to_json()
     assert f"{expected.short()} (answer.json: error_band)" in text
+    assert f"error band: {expected.short()}" in (out / "report.html").read_text()
