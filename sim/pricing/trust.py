@@ -184,6 +184,13 @@ def error_band(scenario, cost=None) -> ErrorBand:
              for f in OVERRIDES if getattr(scenario.cost, f) is not None]
     notes += [f"engine.{f} set by the scenario: the cases were scored with the preset's"
               for f in sorted(scenario.engine.model_fields_set - {"name"})]
+    unmatched = [what for what, used in (
+        ("disaggregation", scenario.disaggregation is not None),
+        ("pipeline parallelism", any(r.hardware.pp > 1 for r in scenario.replica_specs)),
+        ("speculative decoding", any(r.scheduler.speculative is not None for r in scenario.replica_specs)))
+        if used]
+    if unmatched:
+        notes.append(f"no published case uses {' or '.join(unmatched)}: the band covers the step costs alone")
     return ErrorBand("roofline", bands, notes)
 
 

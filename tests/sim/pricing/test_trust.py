@@ -93,6 +93,13 @@ def test_constants_the_scenario_replaces_are_named():
     assert band().notes == []
 
 
+def test_features_no_published_case_uses_are_named():
+    got = band(model="llama-3-70b", hardware={"gpu": "H100-SXM", "tp": 2, "pp": 2})
+    assert got.notes == ["no published case uses pipeline parallelism: the band covers the step costs alone"]
+    got = band(disaggregation={"prefill": {"count": 1}, "decode": {"count": 1}, "link": {"type": "nvlink"}})
+    assert got.notes == ["no published case uses disaggregation: the band covers the step costs alone"]
+
+
 def _profile(tmp_path: Path, validation: dict | None) -> Path:
     path = tmp_path / "p.json"
     shutil.copy(REPO / "calibration" / "profiles" / "h100-llama-2-70b-tp2.json", path)
