@@ -27,10 +27,12 @@ LABELS = {"ttft": "TTFT", "tpot": "TPOT/ITL", "e2e": "E2E", "throughput": "throu
 FAMILY = {"ttft": "ttft", "itl-tpot": "tpot", "e2e": "e2e", "throughput": "throughput"}
 MIN_CASES = 3  # fewer cases than this at one level of closeness: look one level broader
 ENGINE_LABELS = {"vllm": "vLLM", "sglang": "SGLang", "tensorrt-llm": "TensorRT-LLM", "lmdeploy": "LMDeploy"}
-# (keys that must match, how the match reads) from nearest to broadest
+ARCH_LABELS = {"cdna3": "CDNA3", "cdna4": "CDNA4"}  # else capitalized: Hopper, Ampere, ...
+# the keys a case must share with the run (and the metric), from nearest to broadest
 LEVELS = (("gpu", "engine", "dtype", "model"), ("arch", "engine", "dtype", "model"),
           ("arch", "engine", "model"), ("arch", "model"))
-KEYS = ("gpu", "arch", "engine", "dtype", "model")
+# the scenario's replacements of fitted constants (the published cases ran with the fitted ones)
+OVERRIDES = ("compute_efficiency", "memory_efficiency", "step_overhead_s")
 
 
 def dtype_group(weights: str | None, model) -> str:
@@ -101,9 +103,6 @@ class ErrorBand:
         return {"cost_model": self.cost_model, "metrics": {m: b.to_json() for m, b in self.bands.items()},
                 "notes": self.notes}
 
-    def lines(self) -> list[str]:
-        return [b.text for b in self.bands.values()] + self.notes
-
     def short(self) -> str:
         """"TTFT ±20%, TPOT/ITL ±7%, E2E not validated, throughput ±12%"."""
         return ", ".join(b.short for b in self.bands.values()) or "; ".join(self.notes)
@@ -116,19 +115,23 @@ def _label(level: tuple[str, ...], want: dict, cases: list[dict]) -> str:
         if k not in level:
             continue
         if k == "arch":
-            parts.append(f"{want['arch'].capitalize()} ({', '.join(sorted({c['gpu'] for c in cases}))})")
+            parts.append(f"{arch_label(want['arch'])} ({', '.join(sorted({c['gpu'] for c in cases}))})")
         else:
             parts.append(ENGINE_LABELS.get(want[k], want[k]))
     anything = " and ".join(k for k in ("engine", "dtype") if k not in level)
     return " / ".join(parts) + (f", any {anything}" if anything else "")
 
 
-def roofline_band(metric: str, want: dict, rows: list[dict] | None = None) -> Band:
+def arch_label(arch: str) -> str:
+    return ARCH_LABELS.get(arch, arch.capitalize())
+
+
+def roofline_band(metric: str, want: dict) -> Band:
     """The band of ``metric`` for a run on ``want`` (gpu, arch, engine, dtype, model kind)."""
-    rows = [r for r in (table()["cases"] if rows is None else rows) if FAMILY[r["metric"]] == metric]
+    rows = [r for r in table()["cases"] if FAMILY[r["metric"]] == metric]
     near = [r for r in rows if r["arch"] == want["arch"] and r["model"] == want["model"]]
     if not near:
-        return Band(metric, None, 0, f"no published {LABELS[metric]} case on {want['arch'].capitalize()} GPUs "
+        return Band(metric, None, 0, f"no published {LABELS[metric]} case on {arch_label(want['arch'])} GPUs "
                     f"with a {want['model']} model")
     tried = []
     for level in LEVELS:
@@ -166,8 +169,6 @@ def _widest(bands: list[Band]) -> Band:
     unknown = [b for b in bands if b.error is None]
     return unknown[0] if unknown else max(bands, key=lambda b: b.error)
 
-
-OVERRIDES = ("compute_efficiency", "memory_efficiency", "step_overhead_s")
 
 
 def error_band(scenario, cost=None) -> ErrorBand:

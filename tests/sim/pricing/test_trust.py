@@ -64,7 +64,7 @@ def test_a_gpu_defined_in_the_scenario_is_not_validated():
 def test_an_architecture_or_a_model_kind_without_published_cases_is_not_validated():
     assert not [r for r in table()["cases"] if r["arch"] == "cdna4"]
     for b in band(hardware={"gpu": "MI355X"}).bands.values():
-        assert b.error is None and "no published" in b.basis and "Cdna4 GPUs with a dense model" in b.basis
+        assert b.error is None and "no published" in b.basis and "CDNA4 GPUs with a dense model" in b.basis
     for b in band(model="nemotron-h-56b", hardware={"gpu": "H100-SXM", "tp": 8}).bands.values():
         assert b.error is None and "with a hybrid model" in b.basis
     # Mixtral on Hopper: its TTFT cases are fewer than MIN_CASES, so not validated (with the count)
