@@ -367,11 +367,16 @@ def bands_text(cases: list[Case], date: str) -> str:
     """The error bands file for the scored held-out ``cases``."""
     rows = [band_row(c) for c in cases if c.split == "holdout" and not math.isnan(c.predicted)]
     head = (f"# servesim's roofline against the held-out half of benchmarks/published/ (one row per case;\n"
-            f"# error: predicted / published - 1). sim/pricing/trust.py turns it into each run's error band.\n"
+            f"# error: predicted / published - 1). sim/pricing/trust.py turns it into each run's error band;\n"
+            f"# summary: the median |error| and count per GPU, engine, dtype, model kind and metric, for reading.\n"
             f"# Written by `python benchmarks/published.py --write-bands` on {date}; do not edit by hand\n"
             f"# (tests/sim/pricing/test_error_bands_fresh.py checks it against the benchmark).\n")
+    from sim.pricing.trust import GROUP, summary_rows
+
+    summary = summary_rows([dict(zip(BAND_COLUMNS, r, strict=True)) for r in rows])
     body = yaml.safe_dump({"written": {"command": "python benchmarks/published.py --write-bands", "date": date},
-                           "columns": list(BAND_COLUMNS), "cases": rows},
+                           "columns": list(BAND_COLUMNS), "cases": rows,
+                           "summary_columns": [*GROUP, "median_abs_error", "cases"], "summary": summary},
                           sort_keys=False, default_flow_style=None, width=200)
     return head + body
 

@@ -67,6 +67,19 @@ def _r4(x: float | None) -> float | None:
     return None if x is None else round(float(x), 4)
 
 
+GROUP = ("gpu", "engine", "dtype", "model", "metric")
+
+
+def summary_rows(cases: list[dict]) -> list[list]:
+    """For readers of the bands file: per GPU, engine, dtype, model kind and metric family, the
+    median |error| (4 decimals) and the number of held-out cases (a run's band is computed from
+    the cases themselves, since a broader match needs the median of their union)."""
+    groups: dict[tuple, list[float]] = {}
+    for c in cases:
+        groups.setdefault(tuple(c[k] for k in GROUP), []).append(abs(c["error"]))
+    return [[*k, round(statistics.median(v), 4), len(v)] for k, v in sorted(groups.items())]
+
+
 @dataclass(frozen=True)
 class Band:
     """One metric's band: ``error`` (median |relative error|, None: not validated), the cases

@@ -28,6 +28,11 @@ def test_every_held_out_case_has_its_row_with_the_keys_it_is_matched_on():
     assert not changed, f"{RERUN}\n" + "\n".join(changed)
 
 
+def test_the_summary_for_readers_is_that_of_the_cases():
+    data = trust.table()
+    assert data["summary"] == trust.summary_rows(data["cases"]), RERUN
+
+
 def test_the_errors_are_the_benchmarks_now_first_case_of_each_source():
     first: dict[str, published.Case] = {}
     for c in sorted(held_out(), key=lambda c: c.id):
