@@ -14,7 +14,7 @@ NOTE = ("Roofline pricing: the median |error| of the held-out published measurem
 
 def run_band(result, cost=None) -> ErrorBand:
     if result.mode != "simulate":
-        return ErrorBand("measured", {}, [f"measured ({result.mode}), not predicted: no model error to state"])
+        return ErrorBand("measured", {}, [f"not predicted but measured (mode: {result.mode}): no model error to state"])
     return error_band(result.scenario, cost)
 
 

@@ -134,3 +134,14 @@ def test_a_profile_without_a_validation_is_not_validated_and_a_bad_record_is_ref
                               "errors": {"ttft": -0.1}})
     with pytest.raises(ProfileError, match=r"validation\.errors\.ttft"):
         load_profile(bad)
+
+
+def test_a_measured_run_states_no_model_error():
+    from types import SimpleNamespace
+
+    from sim.results.band_view import band_json, band_table
+
+    measured = SimpleNamespace(mode="execute", scenario=scenario_from_dict({}, "<test>"))
+    note = "not predicted but measured (mode: execute): no model error to state"
+    assert band_json(measured) == {"cost_model": "measured", "metrics": {}, "notes": [note]}
+    assert band_table(measured)[1] == [["note", note]]
