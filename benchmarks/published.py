@@ -9,6 +9,7 @@ half and of the held-out half (on which no constant was fitted).
     python benchmarks/published.py                      # held-out half, table
     python benchmarks/published.py --split all --format json
     python benchmarks/published.py --source trtllm-0.9.0-performance --split all
+    python benchmarks/published.py --write-bands        # held-out errors -> sim/scenario/data/error_bands.yaml
 """
 
 from __future__ import annotations
@@ -342,19 +343,73 @@ def print_table(cases: list[Case], out=sys.stdout) -> None:
               f"{a['worst']['error']:+.0%} ({a['worst']['id']})", file=out)
 
 
+BANDS = ROOT / "sim" / "scenario" / "data" / "error_bands.yaml"
+BAND_COLUMNS = ("id", "gpu", "arch", "engine", "dtype", "model", "metric", "error")
+
+
+def band_keys(case: Case) -> list:
+    """What a run is matched on in the error bands file (sim.pricing.trust reads it): the case's id,
+    GPU, architecture, engine preset, weight dtype, model kind and metric family."""
+    from sim.pricing.trust import dtype_group, model_kind
+    from sim.scenario.specs import get_gpu, get_model
+
+    model = get_model(case.model)
+    return [case.id, case.gpu, get_gpu(case.gpu).arch, case.engine, dtype_group(case.weights, model),
+            model_kind(model), case.family]
+
+
+def band_row(case: Case) -> list:
+    """A scored held-out case's row: its keys and its signed relative error (4 decimals)."""
+    return [*band_keys(case), round(float(case.error), 4)]
+
+
+def bands_text(cases: list[Case], date: str) -> str:
+    """The error bands file for the scored held-out ``cases``."""
+    rows = [band_row(c) for c in cases if c.split == "holdout" and not math.isnan(c.predicted)]
+    head = (f"# servesim's roofline against the held-out half of benchmarks/published/ (one row per case;\n"
+            f"# error: predicted / published - 1). sim/pricing/trust.py turns it into each run's error band;\n"
+            f"# summary: the median |error| and count per GPU, engine, dtype, model kind and metric, for reading.\n"
+            f"# Written by `python benchmarks/published.py --write-bands` on {date}; do not edit by hand\n"
+            f"# (tests/sim/pricing/test_error_bands_fresh.py checks it against the benchmark).\n")
+    from sim.pricing.trust import GROUP, summary_rows
+
+    summary = summary_rows([dict(zip(BAND_COLUMNS, r, strict=True)) for r in rows])
+    body = yaml.safe_dump({"written": {"command": "python benchmarks/published.py --write-bands", "date": date},
+                           "columns": list(BAND_COLUMNS), "cases": rows,
+                           "summary_columns": [*GROUP, "median_abs_error", "cases"], "summary": summary},
+                          sort_keys=False, default_flow_style=None, width=200)
+    return head + body
+
+
+def write_bands(cases: list[Case], path: Path = BANDS) -> Path:
+    unscored = [c.id for c in cases if c.split == "holdout" and math.isnan(c.predicted)]
+    if unscored:
+        raise SystemExit(f"error: cannot write {path}: held-out cases not scored: {', '.join(unscored)}")
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(bands_text(cases, time.strftime("%Y-%m-%d", time.gmtime())))
+    tmp.replace(path)
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--split", choices=["holdout", "fit", "all"], default="holdout")
     ap.add_argument("--format", choices=["table", "json"], default="table")
     ap.add_argument("--source", action="append", help="only this source id (repeatable)")
     ap.add_argument("--case", help="only cases whose id contains this text")
+    ap.add_argument("--write-bands", action="store_true",
+                    help=f"score every held-out case and write their errors to {BANDS.relative_to(ROOT)}")
     args = ap.parse_args(argv)
+    if args.write_bands and (args.source or args.case or args.split != "holdout"):
+        ap.error("--write-bands scores every held-out case: no --source, --case or --split")
     cases = load_cases(args.source)
     if args.split != "all":
         cases = [c for c in cases if c.split == args.split]
     if args.case:
         cases = [c for c in cases if args.case in c.id]
     run(cases)
+    if args.write_bands:
+        print(f"wrote {write_bands(cases)}", file=sys.stderr)
     if args.format == "json":
         json.dump(report(cases), sys.stdout, indent=1)
         print()

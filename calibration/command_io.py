@@ -69,6 +69,46 @@ def write_validation(v, out: str | Path, steps=None) -> Path:
     return out
 
 
+def validation_record(v, against: str):
+    """What the profile keeps of a validation (``sim.pricing.trust`` shows it as the error band of
+    every run priced by the profile): the median per-request error of TTFT, TPOT and E2E and the
+    run's output-throughput error, with their signed medians."""
+    import math
+    from datetime import datetime, timezone
+
+    from sim.pricing.profile import ValidationRecord
+
+    errors, bias = {}, {}
+    for m, e in v.errors.items():
+        if e.get("n") and math.isfinite(e["median"]):
+            errors[m], bias[m] = float(e["median"]), float(e["bias"])
+    thr = v.summary.get("output_token_throughput", {}).get("rel_diff", math.nan)
+    if math.isfinite(thr):
+        errors["throughput"], bias["throughput"] = abs(float(thr)), float(thr)
+    return ValidationRecord(created=datetime.now(timezone.utc).isoformat(timespec="seconds"), against=against,
+                            scenario=v.real.scenario.name, requests=len(v.joined), errors=errors, bias=bias)
+
+
+def record_validation(v, profile_path: str | Path, against: str, console) -> None:
+    """Write the validation into the profile's ``validation`` field (replacing an earlier one);
+    a profile that cannot be written is left as it was, with a warning (the validation's own
+    files are already written)."""
+    from sim.errors import InputError
+    from sim.pricing.profile import load_profile
+
+    path = Path(profile_path)
+    if not len(v.joined):
+        console.print(f"[yellow]warning:[/] no request finished in both runs: nothing recorded in {path}")
+        return
+    try:
+        profile = load_profile(path, "--profile").model_copy(update={"validation": validation_record(v, against)})
+        write_profile(profile, path)
+    except (OSError, InputError) as e:
+        console.print(f"[yellow]warning:[/] the validation is not recorded in the profile {path}: {e}")
+        return
+    console.print(f"recorded in {path} (its validation: the error band of runs priced by it)")
+
+
 def report_validation(v, out: Path, files: str, bounds: dict[str, float], console) -> int:
     """Print the validation and its verdict; 1 when an error exceeds its bound, else 0."""
     from calibration.compare import bounds_exceeded

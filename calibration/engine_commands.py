@@ -69,7 +69,7 @@ def validate_engine(args, scenario, source: str, out: Path, bounds: dict[str, fl
     from engine.cli import engine_setup, require_torch
 
     require_torch()
-    from calibration.command_io import report_validation, write_validation
+    from calibration.command_io import record_validation, report_validation, write_validation
     from calibration.validate import validate
     from sim.cli.console import console
 
@@ -81,5 +81,6 @@ def validate_engine(args, scenario, source: str, out: Path, bounds: dict[str, fl
     steps = pd.concat([v.real.steps.assign(run="real"), v.sim.steps.assign(run="sim")],
                       ignore_index=True)
     write_validation(v, out, steps)
+    record_validation(v, args.profile, f"servesim's engine on {args.device}", console)
     return report_validation(v, out, "validation.json, report.html, requests.csv, steps.csv", bounds,
                              console)

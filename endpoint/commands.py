@@ -108,7 +108,7 @@ def calibrate_endpoint(args) -> int:
 
 def validate_endpoint(args, scenario, source: str, out: Path, bounds: dict[str, float]) -> int:
     """Measure ``scenario`` on the server and simulate it with ``--profile``; write and judge."""
-    from calibration.command_io import report_validation, write_validation
+    from calibration.command_io import record_validation, report_validation, write_validation
     from endpoint.cli import limits
     from endpoint.measure import check_url, served_model
     from endpoint.validate import validate
@@ -121,4 +121,5 @@ def validate_endpoint(args, scenario, source: str, out: Path, bounds: dict[str, 
                  repeats=args.repeats, out=out, log=lambda m: console.print(m), request_timeout=timeout,
                  time_limit=time_limit)
     write_validation(v, out)
+    record_validation(v, args.profile, f"the endpoint {url} ({served})", console)
     return report_validation(v, out, "validation.json, report.html, requests.csv, run*/", bounds, console)

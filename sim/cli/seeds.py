@@ -52,6 +52,7 @@ def run_on_seeds(args, scenario) -> int:
     them. Exit 0, or ``ALL_REJECTED`` when every request of every seed was rejected."""
     from sim.cli.console import ALL_REJECTED, console, print_block
     from sim.loops.run import simulate
+    from sim.results.band_view import band_json, band_table
     from sim.results.summary_view import Block
     from sim.scenario.load import load_scenario
     from sim.traffic import build_workload
@@ -66,6 +67,7 @@ def run_on_seeds(args, scenario) -> int:
             results.append((simulate(s, workload=workload), workload))
     summaries = [r.summary for r, _ in results]
     doc = intervals_document(scenario.name, seeds, summaries)
+    doc["error_band"] = band_json(results[0][0])  # the model's error, the same on every seed
     with Staging(out) as st:
         for seed, (result, workload) in zip(seeds, results, strict=True):
             write_results(result, st.folder_for(seed_folder(seed)), args.format, workload, args.plotlyjs)
@@ -82,6 +84,7 @@ def run_on_seeds(args, scenario) -> int:
             for m, f in doc["summary"].items()]
     print_block(Block(f"{scenario.name}: {len(seeds)} seeds ({', '.join(map(str, seeds))}), mean (95% interval)",
                       rows, ["", "mean (95% interval)", *(f"seed {s}" for s in seeds)]))
+    print_block(Block(*band_table(results[0][0])))
     console.print(f"Intervals: {METHOD}. Each seed's full results: {seed_folder(seeds[0])}/ ... "
                   f"{seed_folder(seeds[-1])}/", style="dim")
     wall = sum(r.wall_s for r, _ in results)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -90,6 +90,18 @@ class Device(Strict):
     type: Literal["cpu", "cuda", "gpu"]
 
 
+class ValidationRecord(Strict):
+    """What ``servesim validate`` measured with the profile (the last validation): the median
+    per-request |sim − real| / real of TTFT, TPOT and E2E, and the run's output-throughput error."""
+
+    created: str  # ISO time
+    against: str  # what ran for real: the engine on a device, or an endpoint
+    scenario: str
+    requests: int = Field(ge=1)  # requests finished in both runs
+    errors: dict[Literal["ttft", "tpot", "e2e", "throughput"], Annotated[float, Field(ge=0)]]
+    bias: dict[Literal["ttft", "tpot", "e2e", "throughput"], float] = {}  # signed medians (+: sim slower/higher)
+
+
 class Profile(Strict):
     schema_version: Literal[1]
     kind: Literal["servesim-profile"] = "servesim-profile"
@@ -112,6 +124,7 @@ class Profile(Strict):
     # request reaches the scheduler this long after it was sent. 0 changes nothing.
     request_overhead_s: float = Field(ge=0, default=0.0)
     notes: list[str] = []
+    validation: ValidationRecord | None = None  # written by servesim validate; the run's error band
 
     @model_validator(mode="after")
     def _preferred_exists(self):

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sim.results import fmt
+from sim.results.band_view import band_table
 from sim.results.describe import class_slo, has_slo, setup_rows, slo_text
 from sim.results.money import cost_text, price_text
 
@@ -155,4 +156,5 @@ def summary_blocks(result) -> tuple[list[tuple[str, str]], list[Block]]:
         blocks = [latency_block(summary)]
         slo = slo_text(s.slo) if has_slo(s) else "none set: every finished request counts as meeting it"
     blocks.append(results_block(summary, s.num_gpus, caching, slo, price_text(s)))
+    blocks.append(Block(*band_table(result)))
     return setup, blocks

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from sim.results import plotlyjs
 from sim.results.atomic import Staging, check_out_dir
+from sim.results.band_view import band_json
 from sim.results.jsonsafe import json_safe as _clean
 from sim.results.money import price_records
 from sim.results.report import write_report
@@ -61,6 +62,7 @@ def summary_document(result, workload=None) -> dict:
         "warnings": result.warnings,
         "config": applied_config(result.scenario),
         "prices": price_records(result.scenario),  # each GPU's count, $/h, and the price's source and date
+        "error_band": band_json(result),  # per metric: how far to trust it (sim.pricing.trust)
     }
     traces = list(getattr(workload, "traces", ()) or ())
     if traces:

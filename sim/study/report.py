@@ -18,6 +18,7 @@ from sim.results.jsonsafe import json_safe as _clean
 from sim.results.plotstyle import config_colors as colors_of
 from sim.results.report import figure_html, page
 from sim.study import figures
+from sim.study.answer_band import answer_band_json, answer_band_text
 from sim.study.columns import cell, heading, row_cell
 from sim.study.driver import StudyRun
 from sim.study.objectives import default_pareto, seeds_text
@@ -93,6 +94,7 @@ def answer_lines(run: StudyRun) -> list[tuple[str, str]]:
     close = runner_up_within(run.outcome.configs, run.outcome.headline)
     if close is not None:
         lines.append(("note", f"{close} is within the answer's 95% interval: more seeds may change the order"))
+    lines.append(("error band", answer_band_text(run)))
     return lines
 
 
@@ -310,6 +312,7 @@ def write_outputs(run: StudyRun, out_dir: str | Path, png: bool = False, plotly:
         else {k: _clean(v) for k, v in run.outcome.best.items()},
         "runs": run.progress.done, "failed": run.progress.failed,
         "reused": run.progress.reused, "wall_s": run.wall_s,
+        "error_band": answer_band_json(run),  # how far to trust the answer's figures (sim.pricing.trust)
     }
     from sim.study.intervals import ms_table
 

@@ -94,3 +94,25 @@ def test_a_second_engine_run_starts_from_an_empty_engine(quick_profile, tmp_path
     j = v.to_json()
     assert j["requests"]["joined"] == 6
     assert j["run_to_run_spread"]["e2e"]["n"] == 6
+
+
+def test_validate_records_its_errors_in_the_profile_and_runs_priced_by_it_show_them(
+        given_profile, fake_engine_runs, scenario, tmp_path, capsys):
+    from sim.pricing.profile import load_profile
+    from sim.pricing.trust import error_band
+    from sim.scenario.load import load_scenario
+
+    profile = tmp_path / "p.json"  # (other tests validate the shared profile too: its record goes)
+    profile.write_text(json.dumps({**json.loads(given_profile.read_text()), "validation": None}))
+    assert main(["validate", str(scenario), "--profile", str(profile), "--out", str(tmp_path / "v")]) == 0
+    assert "recorded in" in capsys.readouterr().out
+    v = json.loads((tmp_path / "v" / "validation.json").read_text())
+    rec = load_profile(profile).validation
+    assert rec.requests == v["requests"]["joined"] == 12 and rec.against == "servesim's engine on cpu"
+    assert rec.scenario == "tiny-continuous"
+    assert rec.errors["tpot"] == pytest.approx(v["errors"]["tpot"]["median"])
+    assert rec.errors["throughput"] == pytest.approx(abs(v["summary"]["output_token_throughput"]["rel_diff"]))
+    s = load_scenario(str(write_scenario(tmp_path / "s.yaml", cost={"model": "profile", "profile": str(profile)})))
+    band = error_band(s).bands["ttft"]
+    assert band.error == pytest.approx(v["errors"]["ttft"]["median"]) and band.cases == 12
+    assert "median per-request error over 12 requests, validated against servesim's engine on cpu" in band.text

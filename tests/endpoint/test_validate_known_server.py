@@ -7,7 +7,7 @@ import pytest
 
 from endpoint.records import itl_frame, requests_frame
 from endpoint.validate import MeasuredRun, compare
-from sim.pricing.profile import Device, LinearFit, Ops, Profile, Table, save_profile
+from sim.pricing.profile import Device, LinearFit, Ops, Profile, Table, load_profile, save_profile
 from sim.scenario.load import scenario_from_dict
 from sim.traffic import build_workload
 from tests.endpoint.fake_server import Cost
@@ -107,3 +107,6 @@ def test_validate_endpoint_writes_and_judges(fake_server, monkeypatch, tmp_path,
     assert (out / "requests.csv").read_text().startswith("request_id,")
     assert not (out / "steps.csv").exists()  # not this validation's
     assert "E2E" in capsys.readouterr().out
+    rec = load_profile(path).validation  # recorded for the error band of runs priced by it
+    assert rec.against.startswith("the endpoint http") and rec.against.endswith("(fake)") and rec.requests == 24
+    assert rec.errors["e2e"] == pytest.approx(v["errors"]["e2e"]["median"])
