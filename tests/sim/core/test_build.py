@@ -106,3 +106,14 @@ def test_other_versions_builds_unused_for_a_month_are_pruned(tmp_path, monkeypat
     os.utime(buildcache.user_cache(), (now - 90 * 86400, now - 90 * 86400))  # this version's build is never pruned
     assert build.prune_old_builds(now) == [old]
     assert not old.exists() and recent.exists() and buildcache.user_cache().exists() and other.exists()
+
+
+def test_what_run_imports_before_choosing_leaves_the_core_unloaded():
+    """``run`` decides to run as Python before the core is imported; the modules it imports for
+    that decision must not load the core (an import of the error band once did, and every first
+    run then waited for numba)."""
+    code = ("import sys, sim.cli.app, sim.cli.prebuild, sim.results.write, sim.scenario.load, sim.traffic; "
+            "print('sim.core.jit' in sys.modules)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "False"
