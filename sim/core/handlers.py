@@ -6,7 +6,8 @@ A loop owns only a clock. It pops an event, calls its handler here, and turns th
 pushes, the SimPy loop (sim/loops/simpy_loop.py) into timeouts and signals. An effect is
 data — (kind, who, delay): "wake engine e", "engine e's step ends after d", "request r
 arrives after d", "r's user sends after its think time", "r's KV cache lands after its
-transfer", "engine e's batching timer fires after d" — left in the core's effects buffer
+transfer", "engine e's batching timer fires after d", "the routers sample the replicas' load
+after d", "sample s becomes the routers' picture after d" — left in the core's effects buffer
 (``fx``) in the order the loops create their events, so both take them in the same order
 (tests/sim/loops/test_loops_agree.py).
 
@@ -26,14 +27,27 @@ from __future__ import annotations
 import numpy as np
 
 from sim.core import disagg, router
+from sim.core import router_signals as signals
 from sim.core.commit import begin_step, commit
 from sim.core.jit import jit, leaf
 from sim.core.policies import schedule
-from sim.core.state import BACK, DONE, DROP_KV, FRONT, HANDOFF, SEND_KV, Clock, Counter, RunCounter, RunTime
+from sim.core.state import (
+    BACK,
+    DONE,
+    DROP_KV,
+    FRONT,
+    HANDOFF,
+    SEND_KV,
+    Clock,
+    Counter,
+    RouterTime,
+    RunCounter,
+    RunTime,
+)
 
 # Effects, and the events a loop makes of them.
-WAKE, STEP_END, ARRIVAL, SEND, LANDED, TIMER = range(6)
-EVENT_KINDS = ("wake", "step_end", "arrival", "send", "landed", "timer")
+WAKE, STEP_END, ARRIVAL, SEND, LANDED, TIMER, REFRESH, PUBLISH = range(8)
+EVENT_KINDS = ("wake", "step_end", "arrival", "send", "landed", "timer", "refresh", "publish")
 PRICED = -1.0  # a LANDED effect's delay: the link's price, which the loop asks sim/pricing for
 
 
@@ -149,9 +163,34 @@ def arrivals(c, now, due):
 
 
 @jit
+def next_refresh(c, now):
+    """The routers sample the replicas' load ``router.refresh_s`` from now."""
+    delay = signals.refresh_s(c)
+    c.router_times[RouterTime.NEXT_REFRESH] = now + delay
+    effect(c, REFRESH, -1, delay)
+
+
+@jit
+def refresh(c, now):
+    """The routers sample every replica's load (sim/core/router_signals.py); they see it now or
+    ``router.delay_s`` later. The next refresh follows while anything is left to come."""
+    slot = signals.sample(c)
+    if signals.delay_s(c) > 0.0:
+        effect(c, PUBLISH, slot, signals.delay_s(c))
+    else:
+        signals.publish(c, slot)
+    c.router_times[RouterTime.NEXT_REFRESH] = np.inf
+    if signals.more_to_come(c):
+        next_refresh(c, now)
+
+
+@jit
 def start(c, now):
     """Traffic starts (after every engine's first turn): a closed loop's users each send their
-    first request at once; an open loop's requests arrive at their times."""
+    first request at once; an open loop's requests arrive at their times. Routers that sample the
+    replicas' load start from the idle fleet's and take the next sample ``refresh_s`` later."""
+    if signals.refresh_s(c) > 0.0:
+        next_refresh(c, now)
     users = c.run_counters[RunCounter.USERS]
     if users > 0:
         first = min(users, c.req.arrival.shape[0])
@@ -193,3 +232,7 @@ def handle(c, kind, who, now):
         landed(c, who, now)
     elif kind == TIMER:
         timer(c, who, now)
+    elif kind == REFRESH:
+        refresh(c, now)
+    elif kind == PUBLISH:
+        signals.publish(c, who)

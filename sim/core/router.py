@@ -12,6 +12,11 @@ a prefilled one moves to), and which of a pipelined replica's virtual engines ta
   prefix scorer), unless that replica has more than ``balance_abs`` outstanding requests beyond
   the least loaded one; a prompt with no known prefix goes to the least loaded replica.
 Ties go to the lowest replica index.
+
+Each reads the replicas' load through ``sim/core/router_signals.py``: exactly, or as last
+sampled (``router.refresh_s``; the defaults and the real routers they follow:
+``sim/scenario/schema.py: Router``). The prefix-affinity router's picture of the prefixes is its
+own (what it routed), so it is always current; only its balance check reads the load.
 """
 
 from __future__ import annotations
@@ -21,57 +26,26 @@ import numpy as np
 from sim.core import blocktable as bt
 from sim.core import queues
 from sim.core.admission import WAITING
-from sim.core.commit import queue_len
-from sim.core.jit import jit, leaf
+from sim.core.jit import jit
 from sim.core.rng import ROUTER, bits
+from sim.core.router_signals import engine_outstanding, routed, seen_kv, seen_outstanding
 from sim.core.state import (
     LEAST_KV,
     LEAST_OUTSTANDING,
     POWER_OF_TWO,
     PREFIX_AFFINITY,
     ROUND_ROBIN,
-    Counter,
     Replica,
     Routing,
     RunCounter,
-    Setting,
 )
 
 
-@leaf
-def engine_outstanding(c, e):
-    return queue_len(c, e) + c.counters[e, Counter.NRUN] + c.counters[e, Counter.NTRANSFER]
-
-
 @jit
-def outstanding(c, r):
-    n = 0
-    first = c.replicas[r, Replica.FIRST]
-    for e in range(first, first + c.replicas[r, Replica.COUNT]):
-        n += engine_outstanding(c, e)
-    return n
-
-
-@jit
-def kv_load(c, r):
-    """Share of KV blocks in active use (cached but unused ones are reclaimable) or promised to
-    the queued requests' prompts, averaged over the replica's engines: a burst does not all go
-    to the replica whose queue has not been admitted yet."""
-    first = c.replicas[r, Replica.FIRST]
-    k = c.replicas[r, Replica.COUNT]
-    total = 0.0
-    for e in range(first, first + k):
-        used = (c.settings[e, Setting.NUM_BLOCKS] - c.counters[e, Counter.FREE] - bt.unused(c.cache, e)
-                + c.counters[e, Counter.QUEUED_BLOCKS])
-        total += used / max(c.settings[e, Setting.NUM_BLOCKS], 1)
-    return total / k
-
-
-@jit
-def _least_outstanding(c, first, count):
-    best, best_out = first, outstanding(c, first)
+def _least_outstanding(c, k, first, count):
+    best, best_out = first, seen_outstanding(c, k, first)
     for r in range(first + 1, first + count):
-        out = outstanding(c, r)
+        out = seen_outstanding(c, k, r)
         if out < best_out:
             best, best_out = r, out
     return best
@@ -91,11 +65,11 @@ def route(c, k, rid):
     if count == 1:
         r = first
     elif kind == LEAST_OUTSTANDING:
-        r = _least_outstanding(c, first, count)
+        r = _least_outstanding(c, k, first, count)
     elif kind == LEAST_KV:
-        r, best_load, best_out = first, kv_load(c, first), outstanding(c, first)
+        r, best_load, best_out = first, seen_kv(c, k, first), seen_outstanding(c, k, first)
         for x in range(first + 1, first + count):
-            load, out = kv_load(c, x), outstanding(c, x)
+            load, out = seen_kv(c, k, x), seen_outstanding(c, k, x)
             if load < best_load or (load == best_load and out < best_out):
                 r, best_load, best_out = x, load, out
     elif kind == POWER_OF_TWO:
@@ -103,16 +77,16 @@ def route(c, k, rid):
         a = np.int64(h % np.uint64(count))
         b = (a + 1 + np.int64((h >> np.uint64(32)) % np.uint64(count - 1))) % count
         lo, hi = min(a, b), max(a, b)
-        r = first + lo if outstanding(c, first + lo) <= outstanding(c, first + hi) else first + hi
+        r = first + lo if seen_outstanding(c, k, first + lo) <= seen_outstanding(c, k, first + hi) else first + hi
     elif kind == PREFIX_AFFINITY:
-        least = _least_outstanding(c, first, count)
-        bound = outstanding(c, least) + c.routers[k, Routing.BALANCE]
+        least = _least_outstanding(c, k, first, count)
+        bound = seen_outstanding(c, k, least) + c.routers[k, Routing.BALANCE]
         r, best = least, 0
         for x in range(first, first + count):
-            if outstanding(c, x) > bound:
+            if seen_outstanding(c, k, x) > bound:
                 continue
             m = _prefix_match(c, x, rid)
-            if m > best or (m == best and m > 0 and outstanding(c, x) < outstanding(c, r)):
+            if m > best or (m == best and m > 0 and seen_outstanding(c, k, x) < seen_outstanding(c, k, r)):
                 r, best = x, m
         # r now holds the prompt's blocks, as far as the router knows (it held the first `best`)
         bt.remember(c.rtable, r, c.req.prefix_ids, c.req.prefix_offsets[rid], c.req.prefix_offsets[rid + 1], best)
@@ -121,6 +95,7 @@ def route(c, k, rid):
         c.routers[k, Routing.TURN] = (c.routers[k, Routing.TURN] + 1) % count
     else:  # no other code: the scenario accepts only the names sim/vocab.py lists
         r = first
+    routed(c, r, rid)
     return r
 
 

@@ -49,8 +49,17 @@ Replica = columns("Replica", "FIRST COUNT TURN ROLE",
                   "A replica: replicas[r, Replica.X] (int64): its first engine, their count (pp), whose turn.")
 PipeCost = columns("PipeCost", "OVERHEAD HIDDEN_BYTES LINK LATENCY",
                    "A replica's pipeline hand-off costs: pipe_costs[r, PipeCost.X] (sim/pricing/links.py).")
-Routing = columns("Routing", "KIND FIRST COUNT TURN BALANCE",
-                  "A router: routers[k, Routing.X], k = FRONT (new requests) or BACK (handed over).")
+Routing = columns("Routing", "KIND FIRST COUNT TURN BALANCE SAMPLED ADD_ROUTED SAMPLES",
+                  "A router: routers[k, Routing.X], k = FRONT (new requests) or BACK (handed over). SAMPLED: "
+                  "it reads the replicas' load as sampled (sim/core/router_signals.py); ADD_ROUTED: it adds "
+                  "what it routed since the sample; SAMPLES: the samples taken (FRONT's row).")
+Signal = columns("Signal", "KV OUT ROUTED_KV ROUTED_OUT MARK_KV MARK_OUT",
+                 "What a router sees of replica r: signals[r, Signal.X]. KV, OUT: its KV load and outstanding "
+                 "requests as last published; ROUTED_*: what the routers sent it since the run began; MARK_*: "
+                 "those as the published sample was taken. pending[slot, r, Signal.X]: a sample on its way.")
+RouterTime = columns("RouterTime", "REFRESH_S DELAY_S NEXT_REFRESH",
+                     "The routers' sampling: router_times[RouterTime.X]: every REFRESH_S (0: exact state), "
+                     "visible DELAY_S later; when the pending refresh is (inf: none).")
 LinkCost = columns("LinkCost", "BANDWIDTH LATENCY LAYERWISE LAYERS KV_BYTES",
                    "The disaggregation link: link_costs[LinkCost.X] (sim/pricing/links.py).")
 RunCounter = columns("RunCounter", "SEED OUT_N LOG_N FX_N NEXT_RID NEXT_SEND USERS",
@@ -96,6 +105,9 @@ class Core(NamedTuple):
     stage_free: np.ndarray  # [R, stages] when each pipeline stage is next free
     routers: np.ndarray  # [2, Routing]
     rtable: BlockTable  # prefix-affinity: each replica's prefixes, as its router saw them
+    signals: np.ndarray  # [R, Signal] the replicas' load as the routers see it
+    pending: np.ndarray  # [slots, R, Signal] samples taken, not yet visible (router.delay_s)
+    router_times: np.ndarray  # [RouterTime]
     link_costs: np.ndarray  # [LinkCost]
     run_counters: np.ndarray  # [RunCounter]
     run_times: np.ndarray  # [RunTime]
@@ -185,14 +197,19 @@ def build_core(scenario, table_: RequestTable, *, step_overhead_s: float = 0.0,
         put(link, LinkCost, bandwidth=x.bandwidth, latency=x.latency, layerwise=x.layerwise_overlap,
             layers=scenario.model_spec.num_layers,
             kv_bytes=scenario.model_spec.kv_bytes_per_token(scenario.quantization.kv_cache))
-    return core_of(engines_of(scenario), table_, seed=scenario.seed, router=scenario.router.policy,
-                   balance=scenario.router.balance_abs, pipeline=pipe, link=link, closed=closed)
+    x = scenario.router
+    return core_of(engines_of(scenario), table_, seed=scenario.seed, router=x.policy, balance=x.balance_abs,
+                   refresh_s=x.refresh, delay_s=x.delay_s, add_routed=x.adds_routed, pipeline=pipe, link=link,
+                   closed=closed)
 
 
 def core_of(engines: list[EngineSpec], requests: RequestTable, *, seed: int = 0, router: str = "round-robin",
-            balance: int = 0, pipeline: np.ndarray | None = None, link: np.ndarray | None = None,
+            balance: int = 0, refresh_s: float = 0.0, delay_s: float = 0.0, add_routed: bool = False,
+            pipeline: np.ndarray | None = None, link: np.ndarray | None = None,
             closed: tuple[int, float] | None = None) -> Core:
-    """A core over these engines (consecutive engines of one replica are its pipeline's)."""
+    """A core over these engines (consecutive engines of one replica are its pipeline's). Its
+    routers see the replicas' load sampled every ``refresh_s`` (0: exactly), each sample
+    ``delay_s`` late, plus what they routed since it when ``add_routed``."""
     E = len(engines)
     R = engines[-1].replica + 1
     ints = np.int64
@@ -221,7 +238,12 @@ def core_of(engines: list[EngineSpec], requests: RequestTable, *, seed: int = 0,
     back = [r for r in range(R) if replicas[r, Replica.ROLE] == DECODE]
     for k, pool in ((FRONT, front), (BACK, back)):
         if pool:
-            put(routers[k], Routing, kind=kind, first=pool[0], count=len(pool), turn=0, balance=balance)
+            put(routers[k], Routing, kind=kind, first=pool[0], count=len(pool), turn=0, balance=balance,
+                sampled=refresh_s > 0, add_routed=add_routed, samples=0)
+    router_times = table(RouterTime)
+    put(router_times, RouterTime, refresh_s=refresh_s, delay_s=delay_s, next_refresh=np.inf)
+    # a sample waits delay_s to be seen, and one is taken every refresh_s: this many are on their way at once
+    slots = int(delay_s // refresh_s) + 2 if refresh_s > 0 else 1
     blocks = settings[:, Setting.NUM_BLOCKS]
     caching = [int(blocks[e]) if settings[e, Setting.PREFIX] else 0 for e in range(E)]
     # Prefix-affinity remembers as many blocks per replica as the replica could cache.
@@ -245,6 +267,7 @@ def core_of(engines: list[EngineSpec], requests: RequestTable, *, seed: int = 0,
         p_comp=rows(E, seats), p_samp=np.zeros((E, seats), dtype=np.bool_), shape=np.zeros((E, SHAPE_SIZE)),
         cache=block_table(caching), replicas=replicas, pipe_costs=table(PipeCost, R) if pipeline is None else pipeline,
         stage_free=np.zeros((R, int(count.max()))), routers=routers, rtable=block_table(router_tables),
+        signals=table(Signal, R), pending=np.zeros((slots, R, len(Signal))), router_times=router_times,
         link_costs=table(LinkCost) if link is None else link, run_counters=run_counters, run_times=run_times,
         out=rows(2 * requests.n + 64), fx=rows(effects, 2), fx_delay=np.zeros(effects),
         log_i=np.zeros((len(LOG_INT_COLUMNS), LOG_ROWS), dtype=np.int32), log_f=np.zeros((2, LOG_ROWS)),

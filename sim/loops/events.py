@@ -13,7 +13,7 @@ import numpy as np
 from sim.core import handlers
 from sim.core.handlers import PRICED, STEP_END
 from sim.core.jit import HAVE_NUMBA, entry, jit, leaf, struct
-from sim.core.state import FRONT, ROUND_ROBIN, Routing, RunCounter, RunTime, Setting
+from sim.core.state import FRONT, ROUND_ROBIN, RouterTime, Routing, RunCounter, RunTime, Setting
 from sim.pricing.costs import price
 from sim.pricing.links import pipelined, transfer_time
 from sim.pricing.profiled import COUNTERS
@@ -175,11 +175,17 @@ def turn(c, costs, L, e, now):
 
 @jit
 def horizon(c, L, e):
-    """The earliest time an event could change engine e: when engines meet only at arrivals, the
-    next arrival that can reach it (behind a round-robin router, the next one routed to its
-    replica; else any arrival); otherwise the next event of any kind."""
+    """The earliest time an event could change engine e, or a router's sample read it: when
+    engines meet only at arrivals, the next arrival that can reach it (behind a round-robin
+    router, the next one routed to its replica; else any arrival) or the routers' next refresh;
+    otherwise the next event of any kind."""
     if not L.engines_apart[0]:
         return L.ht[0] if L.k[K_HEAP_N] else np.inf
+    return min(_arrival_horizon(c, L, e), c.router_times[RouterTime.NEXT_REFRESH])
+
+
+@jit
+def _arrival_horizon(c, L, e):
     count = c.routers[FRONT, Routing.COUNT]
     if c.routers[FRONT, Routing.KIND] != ROUND_ROBIN or count == 1:
         return c.run_times[RunTime.NEXT_ARRIVAL]

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ValidationError
 from sim.errors import InputError, ScenarioError
 from sim.inputs import check_file, load_yaml_mapping, parse_value, parse_yaml, validation_message
 from sim.scenario.gpu_input import BRANCH_TAGS
-from sim.scenario.schema import ReplicaSpec, Scenario
+from sim.scenario.schema import MIN_REFRESH_S, ReplicaSpec, Router, Scenario
 
 DEFAULT_SCENARIO = "default.yaml"
 LOADER_FIELDS = ("base_dir", "source")  # Scenario fields the loader sets, not the file
@@ -160,6 +160,7 @@ def check_feasible(s: Scenario, source: str) -> None:
     if s.scheduler.speculative and s.scheduler.speculative.draft_model == spec.name:
         raise ScenarioError(source, "scheduler.speculative.draft_model",
                             "must be a smaller model than the target")
+    check_router(s.router, source)
     gib = 1024**3
     for r in s.replica_specs:
         hw, mem = r.hardware, r.memory
@@ -190,6 +191,32 @@ def check_feasible(s: Scenario, source: str) -> None:
             raise ScenarioError(source, f"{field}.expert_parallel",
                                 f"needs tp to divide the model's {spec.num_experts} experts "
                                 f"({'a dense model' if not spec.is_moe else ''})".replace(" ()", ""))
+
+
+MAX_SAMPLES_IN_FLIGHT = 1000  # samples taken but not yet visible (router.delay_s / router.refresh_s)
+
+
+def check_router(x: Router, source: str) -> None:
+    """The routers' sampling (sim/core/router_signals.py) must mean something: a router that
+    reads no load signal has none to sample, exact state is never late, and a refresh faster
+    than MIN_REFRESH_S would be work without a real router behind it."""
+    if x.policy == "round-robin":
+        for field in ("refresh_s", "add_routed"):
+            if getattr(x, field) not in (None, 0, False):
+                raise ScenarioError(source, f"router.{field}", "round-robin reads no load signal; expected it unset")
+    if 0 < x.refresh < MIN_REFRESH_S:
+        raise ScenarioError(source, "router.refresh_s",
+                            f"expected 0 (exact state) or at least {MIN_REFRESH_S} s, got {x.refresh}")
+    if x.refresh == 0:
+        for field, value in (("delay_s", x.delay_s), ("add_routed", x.add_routed)):
+            if value:
+                raise ScenarioError(source, f"router.{field}",
+                                    f"needs sampled state (router.refresh_s > 0); {x.policy} with refresh_s 0 "
+                                    "sees the exact state")
+    elif x.delay_s / x.refresh > MAX_SAMPLES_IN_FLIGHT:
+        raise ScenarioError(source, "router.delay_s",
+                            f"expected at most {MAX_SAMPLES_IN_FLIGHT} × router.refresh_s ({x.refresh} s), got "
+                            f"{x.delay_s}")
 
 
 def _group_field(s: Scenario, r: ReplicaSpec, part: str) -> str:

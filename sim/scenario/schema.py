@@ -250,11 +250,51 @@ class Disaggregation(Strict):
     link: Link = Link()
 
 
+# Where a router's load signals come from, and how often (sim/core/router_signals.py).
+# least-kv reads KV utilisation from the engines' metrics, as the Gateway API Inference Extension's
+# endpoint picker (llm-d's scheduler) does: its kv-cache-utilization scorer scores 1 - the scraped
+# KVCacheUsagePercent and its queue scorer the scraped waiting queue, refreshed every
+# --refresh-metrics-interval, 50 ms by default (kubernetes-sigs/gateway-api-inference-extension,
+# pkg/epp/server/options.go); vLLM production-stack's router scrapes the same gauges
+# (vllm:gpu_cache_usage_perc, running and waiting requests) every --engine-stats-interval, 30 s by
+# default (src/vllm_router/parsers/parser.py).
+DEFAULT_REFRESH_S = {"least-kv": 0.05}
+# The other routers count what they send (exact state, refresh_s 0 by default): least-outstanding
+# (production-stack's request stats, JSQ), power-of-two and the balance check of prefix-affinity
+# (sgl-router's cache_aware: its own approximate radix tree and its own running counts), and
+# round-robin reads nothing. Given refresh_s > 0 they read the engines' reported load instead, as
+# sgl-router's and vllm-project/router's power_of_two do (/get_load polled every
+# worker_load_check_interval); vllm-project/router's power_of_two adds its own in-flight count to
+# the polled load "to avoid thundering herd" (src/policies/power_of_two.rs), and Dynamo's KV
+# router adds the blocks of what it routed to the workers' reports (docs: router design, "active
+# decoding blocks"), so add_routed defaults to true for power-of-two; the endpoint picker's
+# scorers and production-stack read the scrape alone (false).
+ADDS_ROUTED = ("power-of-two",)
+MIN_REFRESH_S = 0.001  # faster than any real router scrapes; each refresh samples every replica
+
+
 class Router(Strict):
     policy: RouterPolicy = "round-robin"
     # prefix-affinity: the replica with the longest cached prefix wins unless it has more than
     # this many outstanding requests beyond the least loaded replica
     balance_abs: NonNegativeInt = 16
+    # the routers see the replicas' load (KV utilisation, outstanding requests) as sampled this
+    # often; 0: the exact state; none: the policy's default (DEFAULT_REFRESH_S, else 0)
+    refresh_s: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
+    # a sample becomes visible this much later (a scrape's and its propagation's latency)
+    delay_s: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
+    # between samples, the router adds what it sent each replica since the sample; none: the
+    # policy's default (ADDS_ROUTED)
+    add_routed: bool | None = None
+
+    @property
+    def refresh(self) -> float:
+        """How often the load is sampled (0: the routers see the exact state)."""
+        return DEFAULT_REFRESH_S.get(self.policy, 0.0) if self.refresh_s is None else self.refresh_s
+
+    @property
+    def adds_routed(self) -> bool:
+        return self.policy in ADDS_ROUTED if self.add_routed is None else self.add_routed
 
 
 class Cost(Strict):
