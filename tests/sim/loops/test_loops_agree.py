@@ -131,6 +131,51 @@ def test_loops_agree_on_every_feature(case):
     reference, compiled = both_loops(**{**CASES, **FEATURES}[case])
     assert_identical(reference, compiled)
 
+# Routers on sampled load (sim/core/router_signals.py): refreshes, late samples, a router's own
+# routing added, each router that reads load; decode runs stop before a refresh.
+REFRESHES = {
+    "least-kv-refresh-delay": {"replicas": 3, "router": {"policy": "least-kv", "refresh_s": 0.2, "delay_s": 0.5},
+                               **PRESSURE},
+    "least-kv-add-routed": {"replicas": 3, "router": {"policy": "least-kv", "refresh_s": 0.1, "add_routed": True},
+                            "scheduler__policy": "chunked-prefill", **BURSTY},
+    "least-outstanding-sampled-closed": {"replicas": 3, "router": {"policy": "least-outstanding", "refresh_s": 0.1},
+                                         "workload__arrival": {"process": "closed", "concurrency": 12,
+                                                               "think_time_s": 0.2}},
+    "power-of-two-sampled": {"replicas": 4, "router": {"policy": "power-of-two", "refresh_s": 0.05, "delay_s": 0.01},
+                             **BURSTY},
+    "prefix-affinity-sampled": {"replicas": 3, "router": {"policy": "prefix-affinity", "balance_abs": 2,
+                                                          "refresh_s": 0.03},
+                                "scheduler__prefix_caching": True, **SHARED, **BURSTY},
+    "disaggregated-sampled": {"disaggregation": {"prefill": {"count": 2}, "decode": {
+        "count": 2, "hardware": {"memory_utilization": 0.235}}}, "router": {"policy": "least-kv", "delay_s": 0.02},
+        **PRESSURE},
+    # long answers on quiet engines: decode runs cut at every refresh and resumed
+    "decode-runs-cut-by-refreshes": {"replicas": 2, "router": {"policy": "least-kv", "refresh_s": 0.013},
+                                     "workload__num_requests": 12,
+                                     "workload__arrival": {"process": "poisson", "rate": 1},
+                                     "workload__output_len": {"dist": "fixed", "value": 400}},
+}
+
+
+@pytest.mark.parametrize("case", REFRESHES)
+def test_loops_agree_with_routers_on_sampled_load(case):
+    assert_identical(*both_loops(**REFRESHES[case]))
+
+
+@settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_loops_agree_on_random_scenarios_with_sampled_load(profiles, data):
+    fields = data.draw(scenarios(profiles))
+    if fields["router"]["policy"] == "round-robin":
+        fields["router"]["policy"] = "least-kv"
+    refresh = data.draw(st.sampled_from([0.0, 0.01, 0.05, 0.3]))
+    fields["router"].update(refresh_s=refresh)
+    if refresh:
+        fields["router"].update(delay_s=data.draw(st.sampled_from([0.0, 0.004, 0.7])),
+                                add_routed=data.draw(st.booleans()))
+    assert_identical(*both_loops(**fields))
+
+
 SHIPPED_PROFILE = Path(__file__).resolve().parents[3] / "calibration" / "profiles" / "a100-llama-2-70b-tp2.json"
 PROFILES = {  # profile settings, scenario fields
     "ops": ({}, PRESSURE),
