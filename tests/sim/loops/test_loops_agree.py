@@ -149,11 +149,16 @@ REFRESHES = {
     "disaggregated-sampled": {"disaggregation": {"prefill": {"count": 2}, "decode": {
         "count": 2, "hardware": {"memory_utilization": 0.235}}}, "router": {"policy": "least-kv", "delay_s": 0.02},
         **PRESSURE},
-    # long answers on quiet engines: decode runs cut at every refresh and resumed
-    "decode-runs-cut-by-refreshes": {"replicas": 2, "router": {"policy": "least-kv", "refresh_s": 0.013},
-                                     "workload__num_requests": 12,
-                                     "workload__arrival": {"process": "poisson", "rate": 1},
-                                     "workload__output_len": {"dist": "fixed", "value": 400}},
+    # Quiet engines decoding between arrivals: the compiled loop's decode runs must stop before a
+    # refresh, or the sample reads steps the SimPy loop has not taken (both cases differ then).
+    "decode-runs-stop-at-refreshes-kv": {"replicas": 2, "router": {"policy": "least-kv", "refresh_s": 0.7},
+                                         "workload__num_requests": 40,
+                                         "workload__arrival": {"process": "poisson", "rate": 2},
+                                         "workload__output_len": {"dist": "uniform", "min": 100, "max": 800}},
+    "decode-runs-stop-at-refreshes-outstanding": {
+        "replicas": 3, "router": {"policy": "least-outstanding", "refresh_s": 0.3}, "workload__num_requests": 40,
+        "workload__arrival": {"process": "poisson", "rate": 3},
+        "workload__output_len": {"dist": "uniform", "min": 20, "max": 400}},
 }
 
 
