@@ -150,20 +150,18 @@ def run_energy(fleet: FleetPower, steps: pd.DataFrame, requests: pd.DataFrame, s
             "energy_cost_per_1m_output_tokens": usd / out_tok * 1e6 if out_tok else nan}
 
 
-def power_series(fleet: FleetPower, steps: pd.DataFrame, bins: int = 200) -> tuple[np.ndarray, np.ndarray]:
-    """The fleet's draw over time (W): idle on every GPU, plus each step's dynamic power over the
-    time bins it covers; (bin starts, watts)."""
+def power_series(fleet: FleetPower, steps: pd.DataFrame, edges: np.ndarray) -> np.ndarray:
+    """The fleet's mean draw (W) in each time bin between ``edges``: idle on every GPU, plus each
+    step's dynamic power over the part of the bin it covers."""
     idle = float(fleet.gpus @ fleet.power[:, IDLE])
-    if not len(steps) or "power_w" not in steps:
-        return np.zeros(1), np.full(1, idle)
+    if not len(steps) or "power_w" not in steps or not fleet.modelled:
+        return np.full(len(edges) - 1, idle if fleet.modelled else np.nan)
     start = steps["start"].to_numpy(np.float64)
     end = start + steps["duration"].to_numpy(np.float64)
-    t0, t1 = float(start.min()), float(end.max())
-    edges = np.linspace(t0, t1 if t1 > t0 else t0 + 1.0, bins + 1)
     engine = steps["engine"].to_numpy()
     dyn_w = (steps["power_w"].to_numpy() - fleet.power[engine, IDLE]) * fleet.tp[engine] * fleet.power[engine, PP]
     cum = _cumulative_energy(edges, start, end, dyn_w)  # each bin gets the joules spent within it
-    return edges[:-1], idle + np.diff(cum) / np.diff(edges)
+    return idle + np.diff(cum) / np.diff(edges)
 
 
 def _cumulative_energy(edges: np.ndarray, start: np.ndarray, end: np.ndarray, watts: np.ndarray) -> np.ndarray:
@@ -181,3 +179,40 @@ def _cumulative_energy(edges: np.ndarray, start: np.ndarray, end: np.ndarray, wa
     out = spent[i] + level[i] * (edges - times[i])
     out[before] = 0.0
     return out
+
+
+def energy_price_text(scenario) -> str:
+    """The price of energy the run used and where it is from."""
+    given = {hw.energy_usd_per_kwh for hw in (r.hardware for r in scenario.replica_specs)}
+    if given == {None}:
+        return f"${USD_PER_KWH:g}/kWh ({USD_PER_KWH_SOURCE})"
+    return ", ".join(f"${USD_PER_KWH if p is None else p:g}/kWh" for p in sorted(given, key=lambda p: p or -1.0)) \
+        + " (hardware.energy_usd_per_kwh)"
+
+
+def energy_text(summary: dict) -> str:
+    """A run's energy figures in words, for the summary table."""
+    from sim.results import fmt
+    from sim.results.money import dollars
+
+    kwh = summary.get("energy_kwh")
+    if fmt.missing(kwh):
+        return "not modelled (a GPU without power_w)"
+    return (f"{fmt.num(kwh * 1e3)} Wh (fleet mean {fmt.num(summary['mean_power_w'])} W); "
+            f"{fmt.num(summary['energy_j_per_output_token'])} J per output token, "
+            f"{fmt.num(summary['energy_kwh_per_1m_tokens'])} kWh per 1M tokens with prompts; "
+            f"{dollars(summary['energy_cost_usd'])} of energy, "
+            f"{dollars(summary['energy_cost_per_1m_output_tokens'])} per 1M output tokens")
+
+
+def power_text(scenario) -> str:
+    """Each GPU's power figures and cap, for the setup table."""
+    from sim.pricing.power import power_figures
+
+    seen = {}
+    for r in scenario.replica_specs:
+        idle, _, _, tdp = power_figures(r.gpu)
+        cap = r.hardware.power_cap_w
+        seen[(r.gpu.name, cap)] = (f"{r.gpu.name}: idle {idle:g} W, TDP {tdp:g} W"
+                                   + (f", capped at {cap:g} W" if cap else "")) if tdp else f"{r.gpu.name}: no power_w"
+    return "; ".join(seen.values()) + f"; energy at {energy_price_text(scenario)}"
