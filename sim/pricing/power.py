@@ -154,7 +154,7 @@ def log_shapes(steps, block_size: np.ndarray) -> np.ndarray:
     out[:, PREFILL_TOKENS] = prefill
     out[:, PREFILL_ATTN] = prefill * prefill / np.maximum(seqs - decodes, 1.0)
     out[:, NUM_SAMPLED] = seqs
-    ctx = steps["kv_blocks_used"].to_numpy(np.float64) * block_size[steps["engine"].to_numpy()]
+    ctx = steps["kv_blocks_used"].to_numpy(np.float64) * block_size[steps["engine"].to_numpy(np.int64)]
     out[:, DECODE_CONTEXT] = np.where(decodes > 0, np.maximum(ctx - prefill, 0.0), 0.0)
     return out
 

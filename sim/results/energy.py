@@ -86,7 +86,7 @@ def step_power(fleet: FleetPower, steps: pd.DataFrame, block_size: np.ndarray) -
     """Each step's draw per GPU (W) and its dynamic energy (J above idle, all the replica's GPUs)."""
     from sim.pricing.power import log_shapes
 
-    engine = steps["engine"].to_numpy()
+    engine = steps["engine"].to_numpy(np.int64)
     duration = steps["duration"].to_numpy(np.float64)
     watts = step_draws(fleet.params, fleet.power, engine, log_shapes(steps, block_size), duration)
     dynamic = (watts - fleet.power[engine, IDLE]) * duration * fleet.tp[engine] * fleet.power[engine, PP]
@@ -139,7 +139,7 @@ def run_energy(fleet: FleetPower, steps: pd.DataFrame, requests: pd.DataFrame, s
     all_tok = out_tok + (summary.get("prompt_tokens") or 0)
     # each engine's share of the energy at its hardware's price
     idle_e = np.array([s * w for s, w in held])
-    dyn_e = np.bincount(steps["engine"].to_numpy(), weights=dynamic, minlength=len(fleet.gpus))
+    dyn_e = np.bincount(steps["engine"].to_numpy(np.int64), weights=dynamic, minlength=len(fleet.gpus))
     usd = float(((idle_e + dyn_e) / J_PER_KWH) @ fleet.usd_per_kwh)
     span = max(float(summary.get("duration_s") or 0.0), window)
     return {"energy_kwh": kwh,
@@ -158,7 +158,7 @@ def power_series(fleet: FleetPower, steps: pd.DataFrame, edges: np.ndarray) -> n
         return np.full(len(edges) - 1, idle if fleet.modelled else np.nan)
     start = steps["start"].to_numpy(np.float64)
     end = start + steps["duration"].to_numpy(np.float64)
-    engine = steps["engine"].to_numpy()
+    engine = steps["engine"].to_numpy(np.int64)
     dyn_w = (steps["power_w"].to_numpy() - fleet.power[engine, IDLE]) * fleet.tp[engine] * fleet.power[engine, PP]
     cum = _cumulative_energy(edges, start, end, dyn_w)  # each bin gets the joules spent within it
     return idle + np.diff(cum) / np.diff(edges)
