@@ -44,7 +44,7 @@ def power_over_time(result) -> tuple[Chart, str] | None:
     base_layout(fig, 320)
     note = (f"Each point is the mean draw of all {fmt_count(fleet.gpus.sum())} GPUs over a {edges[1] - edges[0]:g} s "
             "bin: idle power on every GPU plus each step's work (sim/pricing/power.py). Dotted: the fleet's idle "
-            "floor, its TDP" + (" and its power cap" if len(lines) > 2 else "") + ".")
+            "floor, its TDP" + (" and its power cap" if len(lines) > 2 else "") + " (README, \"GPUs\").")
     return fig, note
 
 
