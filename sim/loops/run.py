@@ -27,6 +27,7 @@ from sim.pricing import CostModelExecutor, make_cost_model
 from sim.pricing.costs import add_counts, encode, extrapolation_warnings
 from sim.pricing.profiled import COUNTERS
 from sim.pricing.roofline import engine_of
+from sim.results.energy import run_energy, scenario_power
 from sim.results.metrics import check_request_times, requests_frame, summarize
 from sim.results.money import run_costs
 from sim.results.steplog import StepLog, engine_rows
@@ -165,6 +166,8 @@ def collect(scenario: Scenario, table: RequestTable, workload, steps: pd.DataFra
     itl = {"hist": core.itl_hist.copy(), "sum": core.itl_sum.copy(), "classes": table.class_names}
     summary = summarize(requests, steps, num_gpus=scenario.num_gpus, itl=itl, workload=workload)
     summary.update(run_costs(scenario, summary))  # $/h and $ per 1M tokens (sim.results.money)
+    summary.update(run_energy(scenario_power(scenario), steps, requests, summary,  # sim.results.energy
+                              core.settings[:, Setting.BLOCK_SIZE].astype(np.float64)))
     warnings = list(scenario.model_notes)  # what the model's description leaves out or over-counts
     warnings += getattr(workload, "notes", ())
     warnings += extrapolation_warnings(extrapolated or {})

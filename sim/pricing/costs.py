@@ -9,6 +9,7 @@ import numpy as np
 
 from sim.core.jit import HAVE_NUMBA, entry, jit, struct
 from sim.core.plan import StepShape
+from sim.pricing.power import POWER_SIZE, capped, power_row
 from sim.pricing.profiled import (
     COUNTERS,
     FITS,
@@ -28,8 +29,9 @@ ROOFLINE = 0
 
 class Costs(NamedTuple):
     """One row per engine: ``mode`` (ROOFLINE, or a profile's step fit / per-op model), the
-    roofline's parameters (the target's and the speculative draft's), a profile's arrays, and a
-    ``scale`` every step is multiplied by (1: as priced)."""
+    roofline's parameters (the target's and the speculative draft's), a profile's arrays, a
+    ``scale`` every step is multiplied by (1: as priced) and its GPUs' power row (the cap that
+    slows a step: sim/pricing/power.py)."""
 
     mode: np.ndarray  # i8 [E]
     params: np.ndarray  # f8 [E, ROW_SIZE]
@@ -41,6 +43,7 @@ class Costs(NamedTuple):
     fit_x: np.ndarray  # i8 [E, fits, features]
     fit_n: np.ndarray  # i8 [E, fits]
     scale: np.ndarray  # f8 [E]
+    power: np.ndarray  # f8 [E, POWER_SIZE]
     ops: np.ndarray  # f8 [NUM_OPS] room for a step's operations (no value kept between steps)
 
 
@@ -59,7 +62,7 @@ def costs_ref(costs: Costs):
 @jit
 def price(c, e, s):
     """Seconds of engine ``e``'s step of shape ``s``, and the profile counters it extrapolated
-    (bits of COUNTERS; 0 for the roofline)."""
+    (bits of COUNTERS; 0 for the roofline). A power cap slows the step last (``capped``)."""
     if c.mode[e] == ROOFLINE:
         t = roofline_time(c.params[e], c.draft[e], s, c.ops)
         flags = 0
@@ -69,7 +72,7 @@ def price(c, e, s):
         t = max(t, floor_time(c.params[e], s))  # a fit extrapolated past physics stops at the floor
     if c.scale[e] != 1.0:
         t = t * c.scale[e]
-    return t, flags
+    return capped(c.params[e], c.power[e], s, t), flags
 
 
 @entry
@@ -88,11 +91,13 @@ def encode(costs: list, scale: float | list[float] = 1.0) -> Costs:
                 fit=np.zeros((E, len(FITS), 2, NUM_FEATURES)), fit_x=np.zeros((E, len(FITS), NUM_FEATURES),
                                                                               dtype=np.int64),
                 fit_n=np.zeros((E, len(FITS)), dtype=np.int64), scale=np.broadcast_to(
-                    np.asarray(scale, dtype=np.float64), (E,)).copy(), ops=np.zeros(NUM_OPS))
+                    np.asarray(scale, dtype=np.float64), (E,)).copy(), power=np.zeros((E, POWER_SIZE)),
+                ops=np.zeros(NUM_OPS))
     for e, cost in enumerate(costs):
         roofline = cost.roofline if isinstance(cost, ProfiledCost) else cost
         out.params[e] = roofline.params
         out.draft[e] = roofline.draft_params
+        out.power[e] = power_row(roofline.gpu, roofline.power_cap_w, roofline.pp)
         if isinstance(cost, ProfiledCost):
             a = ProfileArrays(cost.profile, cost.mode, points)
             out.mode[e] = MODE_STEP if cost.mode == "step" else MODE_OPS

@@ -347,13 +347,22 @@ def _model_ops(p, s, out):
 @leaf
 def floor_time(p, s):
     """The physical floor of a step: max(bytes it must move / peak HBM bandwidth, FLOPs / peak
-    tensor-core rate) on one GPU of the replica. Bytes: the non-expert weights, the distinct
-    experts its tokens route to (at least top-k per MoE layer), the LM head if a row samples, the
-    KV it reads (a windowed layer at most its window per row) and writes, the SSM states; FLOPs:
-    every token through its active weights, the LM head's rows, attention's pairs."""
+    tensor-core rate) on one GPU of the replica (``floor_parts``)."""
+    nbytes, flops = floor_parts(p, s)
+    return _max(nbytes, flops)
+
+
+@leaf
+def floor_parts(p, s):
+    """A step's work on one GPU of the replica, in seconds at the datasheet's peaks: (bytes it
+    must move / peak HBM bandwidth, FLOPs / peak tensor-core rate). Bytes: the non-expert
+    weights, the distinct experts its tokens route to (at least top-k per MoE layer), the LM head
+    if a row samples, the KV it reads (a windowed layer at most its window per row) and writes,
+    the SSM states; FLOPs: every token through its active weights, the LM head's rows,
+    attention's pairs. The power model (sim/pricing/power.py) reads a step's utilisation from it."""
     tokens = s[NUM_TOKENS]
     if tokens <= 0.0:
-        return 0.0
+        return 0.0, 0.0
     k, e = p[TOPK], p[EXPERTS]
     touched = e * (1.0 - (1.0 - k / e) ** tokens) if p[IS_MOE] != 0.0 else 0.0
     touched = _max(_min(touched, e), _min(k, e) if p[IS_MOE] != 0.0 else 0.0)
@@ -367,7 +376,7 @@ def floor_time(p, s):
               + p[FL_CTX_B] * ctx + p[FL_SW_CTX_B] * sw_ctx + p[FL_KV_WRITE] * tokens + p[FL_STATE_B] * seqs)
     flops = (p[FL_TOKEN_F] * tokens + p[FL_LM_F] * rows + p[FL_CTX_F] * ctx + p[FL_SW_CTX_F] * sw_ctx
              + p[FL_PAIR_F] * pairs + p[FL_SW_PAIR_F] * sw_pairs + p[FL_STATE_F] * tokens)
-    return _max(nbytes, flops)
+    return nbytes, flops
 
 
 @leaf
@@ -432,14 +441,17 @@ def _ops_of(p, draft, shapes, out):
 class RooflineCost:
     """The roofline of one replica, for Python callers (tests, calibration, reports).
     ``engine``: an engine preset's name or its overheads; ``step_overhead_s`` replaces the
-    engine's per-step overhead."""
+    engine's per-step overhead; ``power_cap_w`` caps each GPU's draw (``Pricer`` and the loops
+    apply it)."""
 
     def __init__(self, model: ModelSpec, gpu: GpuSpec, *, tp: int = 1, pp: int = 1,
                  compute_efficiency: float | None = None, memory_efficiency: float | None = None,
                  step_overhead_s: float | None = None, weight_dtype: str | None = None,
                  kv_dtype: str | None = None, expert_parallel: bool = False,
-                 draft: RooflineCost | None = None, engine: str | EngineCost = DEFAULT_ENGINE):
+                 draft: RooflineCost | None = None, engine: str | EngineCost = DEFAULT_ENGINE,
+                 power_cap_w: float | None = None):
         self.model, self.gpu, self.tp, self.pp = model, gpu, tp, pp
+        self.power_cap_w = power_cap_w  # W per GPU: slows the steps that would draw more (sim/pricing/power.py)
         cost = engine_cost(engine) if isinstance(engine, str) else engine
         if step_overhead_s is not None:
             cost = replace(cost, step_overhead_s=step_overhead_s)
@@ -491,4 +503,5 @@ def roofline_for(scenario, replica=None) -> RooflineCost:
     return RooflineCost(scenario.model_spec, r.gpu, tp=hw.tp, pp=hw.pp,
                         compute_efficiency=c.compute_efficiency, memory_efficiency=c.memory_efficiency,
                         weight_dtype=q.weights, kv_dtype=q.kv_cache,
-                        expert_parallel=hw.expert_parallel, draft=draft, engine=engine_of(scenario))
+                        expert_parallel=hw.expert_parallel, draft=draft, engine=engine_of(scenario),
+                        power_cap_w=hw.power_cap_w)

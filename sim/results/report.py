@@ -287,6 +287,12 @@ def report_parts(result) -> list[str]:
     if len(result.steps):
         fig, note = timeline(result)
         parts.append(f"<h2>Over time</h2><p class='note'>{html.escape(note)}</p>" + figure_html(fig))
+        from sim.results.power_chart import power_over_time
+
+        power = power_over_time(result)
+        if power is not None:
+            parts.append(f"<h2>Power over time</h2><p class='note'>{html.escape(power[1])}</p>"
+                         + figure_html(power[0]))
     return parts
 
 

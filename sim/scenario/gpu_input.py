@@ -62,7 +62,10 @@ class GpuDefinition(Strict):
     peaks: Peaks | None = None
     link: name_or(LinkDefinition, Literal[DOMAIN_LINKS]) | None = None  # type: ignore[valid-type]
     host_gb_s: Big | None = None  # GPU ↔ host memory, per direction (swap)
-    power_w: Big | None = None
+    power_w: Big | None = None  # TDP
+    idle_w: Big | None = None  # the power model's figures (sim/pricing/power.py); default: its rule
+    hbm_w: Big | None = None
+    tensor_w: Big | None = None
     arch: str | None = None  # whose efficiency tables apply (ampere, hopper, …); default: none fitted
 
     @field_validator("arch")
@@ -130,6 +133,11 @@ class GpuDefinition(Strict):
         for key, attr, unit in (("host_gb_s", "host_bandwidth", GB), ("power_w", "power_w", 1.0)):
             if getattr(self, key) is not None:
                 fields[attr] = getattr(self, key) * unit
+        if self.power_w is not None:  # a new TDP: the base's draw figures no longer apply (the rule does)
+            fields |= {"idle_w": 0.0, "hbm_w": 0.0, "tensor_w": 0.0}
+        for key in ("idle_w", "hbm_w", "tensor_w"):
+            if getattr(self, key) is not None:
+                fields[key] = getattr(self, key)
         if self.arch is not None:
             fields["arch"] = self.arch
         if base is not None:

@@ -94,6 +94,9 @@ class Hardware(Strict):
     host_memory_gb: Gigabytes = 64.0  # swap space per replica for preemption by swap
     kv_blocks: PositiveInt | None = None  # fixed KV blocks per replica (overrides the budget)
     price_per_gpu_hour: Annotated[float, Field(gt=0, le=1e6)] | None = None  # USD (default: the GPU's)
+    power_cap_w: Annotated[float, Field(gt=0, le=1e5)] | None = None  # per GPU: a speed limit (sim/pricing/power.py)
+    # USD per kWh of the GPUs' energy (default: sim/results/energy.py's USD_PER_KWH, with its source)
+    energy_usd_per_kwh: Annotated[float, Field(ge=0, le=100)] | None = None
     _asked: str | None = PrivateAttr(default=None)  # the name as written, when it was an ambiguous one
 
     @field_validator("gpu")
@@ -114,6 +117,12 @@ class Hardware(Strict):
         if not isinstance(self.gpu, str) and self.gpu.base is None and self.price_per_gpu_hour is None:
             raise ValueError("price_per_gpu_hour: a GPU defined without base has no catalog price; "
                              "expected hardware.price_per_gpu_hour (USD)")
+        if self.power_cap_w is not None:
+            from sim.pricing.power import cap_refusal
+
+            why = cap_refusal(self.gpu_spec, self.power_cap_w)
+            if why:
+                raise ValueError(f"power_cap_w: {why}")
         return self
 
     @property

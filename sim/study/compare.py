@@ -14,6 +14,7 @@ from plotly.subplots import make_subplots
 
 from sim.results import plotlyjs
 from sim.results.atomic import Staging
+from sim.results.energy import ENERGY_METRICS
 from sim.results.metrics import ms_keys
 from sim.results.money import COST_METRICS
 from sim.results.plotstyle import base_layout, config_colors
@@ -32,7 +33,7 @@ BAR_METRICS = ["slo_attainment", "goodput_per_gpu", "request_throughput", "ttft_
 TABLE_METRICS = ["num_gpus", "offered_rate", "requests", "finished", "rejected", "request_throughput",
                  "goodput", "goodput_per_gpu", "slo_attainment", "ttft_p50", "ttft_p99", "tpot_p50",
                  "tpot_p99", "itl_p50", "itl_p99", "e2e_p50", "e2e_p99", "preemptions", "mean_batch_size",
-                 "mean_kv_utilization", *COST_METRICS]
+                 "mean_kv_utilization", *COST_METRICS, *ENERGY_METRICS]
 
 
 SLO_TARGET = Acceptance.model_fields["slo_target"].default  # as a study's, unless --slo-target

@@ -74,6 +74,9 @@ class GpuSpec:
     link_domain: int = 8  # GPUs that reach each other over ``interconnect``
     scale_out: str = "ib400"  # the LINKS name beyond the domain ("": none)
     power_w: float = 0.0  # TDP / board power
+    idle_w: float = 0.0  # draw with nothing running (0: the rule of sim/pricing/power.py from power_w)
+    hbm_w: float = 0.0  # draw above idle at the datasheet HBM bandwidth
+    tensor_w: float = 0.0  # draw above idle at the datasheet dense tensor-core peak
     memory_estimated: bool = False  # memory_bytes estimated, not a driver report
     source: str = ""  # the datasheet the figures come from
     source_date: str = ""
@@ -133,7 +136,8 @@ def _entry(name: str, e: dict) -> GpuSpec:
     return GpuSpec(name, e["memory_mib"] * MiB, peaks["bf16"] * TFLOPS, peaks["fp8"] * TFLOPS, e["hbm_gb_s"] * GB,
                    link["gb_s"] * GB, link["type"], price["usd_per_hour"], e["host_gb_s"] * GB,
                    peaks["int8"] * TFLOPS, e["arch"], peaks["fp4"] * TFLOPS, link["domain"], link["scale_out"],
-                   e["power_w"], e.get("memory_estimated", False), e["source"], e["date"], price["source"],
+                   e["power_w"], e["power"]["idle_w"], e["power"]["hbm_w"], e["power"]["tensor_w"],
+                   e.get("memory_estimated", False), e["source"], e["date"], price["source"],
                    price["date"], figures=e["figures"])
 
 

@@ -349,3 +349,30 @@ def test_long_decode_runs_are_cut_and_resumed_with_the_same_results(output, monk
     jumped, steps = int(loops[0].k[K_JUMPED]), int(loops[0].k[K_STEPS])
     assert jumped >= 3 * min(output - 2, RUN_STEPS)  # every answer's decodes went in runs
     assert steps - jumped >= 3 * (output // (RUN_STEPS + 1))  # a plain step after each full run
+
+
+POWER_CAPS = {  # a GPU power cap slows the steps that would draw more (sim/pricing/power.py)
+    "cap-prefill-heavy": {"hardware__power_cap_w": 350, "scheduler__policy": "chunked-prefill", **PRESSURE},
+    "cap-pipeline-heterogeneous": {"replica_groups": [
+        {"count": 1, "hardware": {"gpu": "H100-SXM", "tp": 2, "pp": 2, "power_cap_w": 300}},
+        {"count": 1, "hardware": {"gpu": "A100-80GB", "tp": 4, "power_cap_w": 250}}],
+        "model": "llama-3-70b", "router": {"policy": "least-outstanding"}, **BURSTY},
+}
+
+
+@pytest.mark.parametrize("case", POWER_CAPS, ids=str)
+def test_loops_agree_under_a_power_cap(case):
+    reference, compiled = both_loops(**POWER_CAPS[case])
+    assert_identical(reference, compiled)
+    fields = POWER_CAPS[case]
+    uncapped = simulate(scenario(**{k: v for k, v in fields.items() if k != "hardware__power_cap_w"})) \
+        if "hardware__power_cap_w" in fields else None
+    if uncapped is not None:  # the cap slowed some steps
+        assert compiled.steps["duration"].sum() > uncapped.steps["duration"].sum()
+
+
+def test_loops_agree_on_a_profile_under_a_power_cap(tmp_path):
+    path = write_profile(tmp_path / "p.json")
+    reference, compiled = both_loops(cost={"model": "profile", "profile": path}, hardware__power_cap_w=300,
+                                     **PRESSURE)
+    assert_identical(reference, compiled)

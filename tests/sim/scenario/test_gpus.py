@@ -125,7 +125,8 @@ def test_tp_that_no_link_can_carry_is_refused_with_why(hardware, fragment):
 
 # -- user-defined GPUs ---------------------------------------------------------------------------
 H100_TWIN = {"name": "twin", "memory_gib": 81559 / 1024, "hbm_tb_s": 3.35, "arch": "hopper",
-             "peaks": {"bf16": 989, "fp8": 1979, "int8": 1979}, "link": {"type": "nvlink4", "bandwidth_gb_s": 450}}
+             "peaks": {"bf16": 989, "fp8": 1979, "int8": 1979}, "link": {"type": "nvlink4", "bandwidth_gb_s": 450},
+             "power_w": 700, "idle_w": 80, "hbm_w": 315, "tensor_w": 827}  # the power model's figures too
 
 
 def test_a_gpu_defined_inline_with_h100_figures_prices_steps_as_the_h100():
