@@ -10,7 +10,9 @@ a prefilled one moves to), and which of a pipelined replica's virtual engines ta
   (as far as the router has seen: what it routed there, forgotten least recently used first, a
   prompt's tail before its head, like SGLang's cache-aware router's radix tree and llm-d's
   prefix scorer), unless that replica has more than ``balance_abs`` outstanding requests beyond
-  the least loaded one; a prompt with no known prefix goes to the least loaded replica.
+  the least loaded one; a prompt with no known prefix goes to the least loaded replica, or
+  (``no_match: smallest-record``) to the one whose record holds the fewest blocks, as SGLang's
+  and vLLM's cache_aware routers send a miss to their radix tree's smallest tenant.
 Ties go to the lowest replica index.
 """
 
@@ -30,6 +32,7 @@ from sim.core.state import (
     POWER_OF_TWO,
     PREFIX_AFFINITY,
     ROUND_ROBIN,
+    SMALLEST_RECORD,
     Counter,
     Replica,
     Routing,
@@ -84,6 +87,17 @@ def _prefix_match(c, r, rid):
 
 
 @jit
+def _smallest_record(c, first, count, bound):
+    """The replica with the fewest blocks in the router's record, among those with at most
+    ``bound`` outstanding requests."""
+    r, size = -1, 0
+    for x in range(first, first + count):
+        if outstanding(c, x) <= bound and (r < 0 or c.rtable.owner[x, bt.SIZE] < size):
+            r, size = x, c.rtable.owner[x, bt.SIZE]
+    return r
+
+
+@jit
 def route(c, k, rid):
     """The replica router ``k`` (FRONT or BACK) sends ``rid`` to."""
     first, count = c.routers[k, Routing.FIRST], c.routers[k, Routing.COUNT]
@@ -108,6 +122,8 @@ def route(c, k, rid):
         least = _least_outstanding(c, first, count)
         bound = outstanding(c, least) + c.routers[k, Routing.BALANCE]
         r, best = least, 0
+        if c.routers[k, Routing.NO_MATCH] == SMALLEST_RECORD:
+            r = _smallest_record(c, first, count, bound)
         for x in range(first, first + count):
             if outstanding(c, x) > bound:
                 continue

@@ -21,7 +21,7 @@ from sim.core.blocktable import BlockTable, block_table, block_table_ref
 from sim.core.jit import HAVE_NUMBA, entry, struct
 from sim.core.plan import SHAPE_SIZE
 from sim.core.requests import Requests, RequestTable, requests_ref
-from sim.vocab import POLICIES, ROLES, ROUTERS
+from sim.vocab import NO_MATCH, POLICIES, ROLES, ROUTERS
 
 
 def columns(name: str, names: str, doc: str) -> type[IntEnum]:
@@ -49,7 +49,7 @@ Replica = columns("Replica", "FIRST COUNT TURN ROLE",
                   "A replica: replicas[r, Replica.X] (int64): its first engine, their count (pp), whose turn.")
 PipeCost = columns("PipeCost", "OVERHEAD HIDDEN_BYTES LINK LATENCY",
                    "A replica's pipeline hand-off costs: pipe_costs[r, PipeCost.X] (sim/pricing/links.py).")
-Routing = columns("Routing", "KIND FIRST COUNT TURN BALANCE",
+Routing = columns("Routing", "KIND FIRST COUNT TURN BALANCE NO_MATCH",
                   "A router: routers[k, Routing.X], k = FRONT (new requests) or BACK (handed over).")
 LinkCost = columns("LinkCost", "BANDWIDTH LATENCY LAYERWISE LAYERS KV_BYTES",
                    "The disaggregation link: link_costs[LinkCost.X] (sim/pricing/links.py).")
@@ -64,6 +64,7 @@ STATIC, CONTINUOUS, CHUNKED_PREFILL = POLICIES.values()
 COLOCATED, PREFILL, DECODE = ROLES.values()
 FRONT, BACK = 0, 1
 ROUND_ROBIN, LEAST_OUTSTANDING, LEAST_KV, POWER_OF_TWO, PREFIX_AFFINITY = ROUTERS.values()
+LEAST_LOADED, SMALLEST_RECORD = NO_MATCH.values()
 # The outbox: what an engine's turn left for its loop to act on, as rid * 8 + kind.
 DONE, HANDOFF, SEND_KV, DROP_KV = range(4)
 # The step log: one row per step, int32 columns then float64 (start, duration).
@@ -186,12 +187,13 @@ def build_core(scenario, table_: RequestTable, *, step_overhead_s: float = 0.0,
             layers=scenario.model_spec.num_layers,
             kv_bytes=scenario.model_spec.kv_bytes_per_token(scenario.quantization.kv_cache))
     return core_of(engines_of(scenario), table_, seed=scenario.seed, router=scenario.router.policy,
-                   balance=scenario.router.balance_abs, pipeline=pipe, link=link, closed=closed)
+                   balance=scenario.router.balance_abs, no_match=scenario.router.no_match, pipeline=pipe, link=link,
+                   closed=closed)
 
 
 def core_of(engines: list[EngineSpec], requests: RequestTable, *, seed: int = 0, router: str = "round-robin",
-            balance: int = 0, pipeline: np.ndarray | None = None, link: np.ndarray | None = None,
-            closed: tuple[int, float] | None = None) -> Core:
+            balance: int = 0, no_match: str = "least-loaded", pipeline: np.ndarray | None = None,
+            link: np.ndarray | None = None, closed: tuple[int, float] | None = None) -> Core:
     """A core over these engines (consecutive engines of one replica are its pipeline's)."""
     E = len(engines)
     R = engines[-1].replica + 1
@@ -221,7 +223,8 @@ def core_of(engines: list[EngineSpec], requests: RequestTable, *, seed: int = 0,
     back = [r for r in range(R) if replicas[r, Replica.ROLE] == DECODE]
     for k, pool in ((FRONT, front), (BACK, back)):
         if pool:
-            put(routers[k], Routing, kind=kind, first=pool[0], count=len(pool), turn=0, balance=balance)
+            put(routers[k], Routing, kind=kind, first=pool[0], count=len(pool), turn=0, balance=balance,
+                no_match=NO_MATCH[no_match])
     blocks = settings[:, Setting.NUM_BLOCKS]
     caching = [int(blocks[e]) if settings[e, Setting.PREFIX] else 0 for e in range(E)]
     # Prefix-affinity remembers as many blocks per replica as the replica could cache.
