@@ -410,19 +410,25 @@ def refit_profile(path: Path, fragment: dict, out: Path, how: str, floor: bool, 
 
 
 def commit(out: Path, summary: dict) -> None:
-    dst = REPO / "benchmarks" / "results" / "vllm-cpu"
+    copy_results(out, REPO / "benchmarks" / "results" / "vllm-cpu",
+                 ("summary.json", "README.md", "profile.json", "profile.scenario.yaml", "crosscheck"),
+                 [r["workload"] for r in summary["workloads"]])
+
+
+def copy_results(out: Path, dst: Path, files: tuple[str, ...], names: list[str]) -> None:
+    """``files`` (files or folders) from ``out`` to ``dst``, and for each of ``names`` its
+    validation.json and measured runs (small)."""
     dst.mkdir(parents=True, exist_ok=True)
-    for f in ("summary.json", "README.md", "profile.json", "profile.scenario.yaml", "crosscheck"):
+    for f in files:
         src = out / f
         if src.is_dir():
             shutil.copytree(src, dst / f, dirs_exist_ok=True)
         elif src.is_file():
             shutil.copy2(src, dst / f)
-    for r in summary["workloads"]:
-        w = r["workload"]
+    for w in names:
         (dst / w).mkdir(exist_ok=True)
         shutil.copy2(out / w / "validation.json", dst / w / "validation.json")
-        for run in sorted((out / w).glob("run*")):  # the measurements themselves (small)
+        for run in sorted((out / w).glob("run*")):
             (dst / w / run.name).mkdir(exist_ok=True)
             for f in ("requests.parquet", "itl.parquet", "summary.json"):
                 shutil.copy2(run / f, dst / w / run.name / f)

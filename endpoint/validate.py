@@ -74,10 +74,12 @@ def refuse_failed(run: MeasuredRun, k: int, url: str, kept: Path | None = None) 
 def validate(scenario, profile_path: str | Path, url: str, model: str, *, source: str, tokenizer: str | None,
              api: str = "completions", exact: bool = True, repeats: int = 1, out: Path | None = None,
              log=print, progress: bool = True, request_timeout: float = 600.0,
-             time_limit: float | None = None) -> Validation:
+             time_limit: float | None = None, watch=None) -> Validation:
     """Measure the scenario ``repeats`` times between two speed probes, then ``compare``.
     A failed request (or probe) stops it before scoring, its runs written; ``time_limit``
-    bounds the probes and runs together."""
+    bounds the probes and runs together. ``watch``: called before and after each run, what
+    it returns is kept in the run's ``summary.json`` (``watch: {before, after}``; e.g. each
+    replica's request counters behind a router)."""
     from endpoint.calibrate import probe_design, speed_probe
     from endpoint.loadgen import Options
     from endpoint.measure import measure
@@ -101,6 +103,7 @@ def validate(scenario, profile_path: str | Path, url: str, model: str, *, source
     for k in range(repeats):
         prober.phase = f"run {k + 1}"
         m0 = scrape(url)
+        w0 = watch() if watch is not None else None
         # each repeat its own prompt words (same lengths, arrivals and sharing): a prefix cache
         # keeps nothing of the run before
         plan, res = measure(scenario, url, model, tokenizer=tokenizer, api=api, exact=exact, source=source,
@@ -108,11 +111,12 @@ def validate(scenario, profile_path: str | Path, url: str, model: str, *, source
                             seed=None if k == 0 else scenario.seed + 7919 * k,
                             request_timeout=request_timeout, time_limit=prober.left())
         stages = server_stages(m0, scrape(url))
+        watched = {} if watch is None else {"watch": {"before": w0, "after": watch()}}
         req = requests_frame(res, scenario.slo, plan.workload.class_names, plan.workload.class_id)
         if out is not None:
             write_run(out / f"run{k + 1}", res, req, itl_frame(res),
                       {"scenario": scenario.name, "endpoint": url, "model": model, "server_stages": stages,
-                       "duration_s": res.duration_s})
+                       "duration_s": res.duration_s, **watched})
         runs.append(MeasuredRun(req, stages, res.client, res.duration_s, res.mode, itl_frame(res)))
         refuse_failed(runs[-1], k + 1, url, None if out is None else out / f"run{k + 1}")
     prober.phase = "the speed probe after"

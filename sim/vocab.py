@@ -10,6 +10,8 @@ from typing import Literal, get_args
 Policy = Literal["static", "continuous", "chunked-prefill"]  # how an engine batches
 RouterPolicy = Literal["round-robin", "least-outstanding", "least-kv", "power-of-two", "prefix-affinity"]
 Role = Literal["colocated", "prefill", "decode"]  # what a replica's engines do (disaggregation)
+# prefix-affinity: where a prompt with no remembered prefix goes
+RouterNoMatch = Literal["least-loaded", "smallest-record"]
 
 
 def codes(names) -> dict[str, int]:
@@ -25,3 +27,4 @@ def constant(name: str) -> str:
 POLICIES = codes(Policy)
 ROUTERS = codes(RouterPolicy)
 ROLES = codes(Role)
+NO_MATCH = codes(RouterNoMatch)

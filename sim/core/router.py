@@ -10,7 +10,9 @@ a prefilled one moves to), and which of a pipelined replica's virtual engines ta
   (as far as the router has seen: what it routed there, forgotten least recently used first, a
   prompt's tail before its head, like SGLang's cache-aware router's radix tree and llm-d's
   prefix scorer), unless that replica has more than ``balance_abs`` outstanding requests beyond
-  the least loaded one; a prompt with no known prefix goes to the least loaded replica.
+  the least loaded one; a prompt with no known prefix goes to the least loaded replica, or
+  (``no_match: smallest-record``) to the one whose record holds the fewest blocks, as SGLang's
+  and vLLM's cache_aware routers send a miss to their radix tree's smallest tenant.
 Ties go to the lowest replica index.
 
 Each reads the replicas' load through ``sim/core/router_signals.py``: exactly, or as last
@@ -35,6 +37,7 @@ from sim.core.state import (
     POWER_OF_TWO,
     PREFIX_AFFINITY,
     ROUND_ROBIN,
+    SMALLEST_RECORD,
     Replica,
     Routing,
     RunCounter,
@@ -55,6 +58,17 @@ def _least_outstanding(c, k, first, count):
 def _prefix_match(c, r, rid):
     lo, hi = c.req.prefix_offsets[rid], c.req.prefix_offsets[rid + 1]
     return bt.leading_hits(c.rtable, r, c.req.prefix_ids, lo, hi)
+
+
+@jit
+def _smallest_record(c, k, first, count, bound):
+    """The replica with the fewest blocks in the router's record, among those with at most
+    ``bound`` outstanding requests."""
+    r, size = -1, 0
+    for x in range(first, first + count):
+        if seen_outstanding(c, k, x) <= bound and (r < 0 or c.rtable.owner[x, bt.SIZE] < size):
+            r, size = x, c.rtable.owner[x, bt.SIZE]
+    return r
 
 
 @jit
@@ -82,6 +96,8 @@ def route(c, k, rid):
         least = _least_outstanding(c, k, first, count)
         bound = seen_outstanding(c, k, least) + c.routers[k, Routing.BALANCE]
         r, best = least, 0
+        if c.routers[k, Routing.NO_MATCH] == SMALLEST_RECORD:
+            r = _smallest_record(c, k, first, count, bound)
         for x in range(first, first + count):
             if seen_outstanding(c, k, x) > bound:
                 continue

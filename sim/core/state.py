@@ -21,7 +21,7 @@ from sim.core.blocktable import BlockTable, block_table, block_table_ref
 from sim.core.jit import HAVE_NUMBA, entry, struct
 from sim.core.plan import SHAPE_SIZE
 from sim.core.requests import Requests, RequestTable, requests_ref
-from sim.vocab import POLICIES, ROLES, ROUTERS
+from sim.vocab import NO_MATCH, POLICIES, ROLES, ROUTERS
 
 
 def columns(name: str, names: str, doc: str) -> type[IntEnum]:
@@ -49,7 +49,7 @@ Replica = columns("Replica", "FIRST COUNT TURN ROLE",
                   "A replica: replicas[r, Replica.X] (int64): its first engine, their count (pp), whose turn.")
 PipeCost = columns("PipeCost", "OVERHEAD HIDDEN_BYTES LINK LATENCY",
                    "A replica's pipeline hand-off costs: pipe_costs[r, PipeCost.X] (sim/pricing/links.py).")
-Routing = columns("Routing", "KIND FIRST COUNT TURN BALANCE SAMPLED ADD_ROUTED SAMPLES",
+Routing = columns("Routing", "KIND FIRST COUNT TURN BALANCE NO_MATCH SAMPLED ADD_ROUTED SAMPLES",
                   "A router: routers[k, Routing.X], k = FRONT (new requests) or BACK (handed over). SAMPLED: "
                   "it reads the replicas' load as sampled (sim/core/router_signals.py); ADD_ROUTED: it adds "
                   "what it routed since the sample; SAMPLES: the samples taken (FRONT's row).")
@@ -73,6 +73,7 @@ STATIC, CONTINUOUS, CHUNKED_PREFILL = POLICIES.values()
 COLOCATED, PREFILL, DECODE = ROLES.values()
 FRONT, BACK = 0, 1
 ROUND_ROBIN, LEAST_OUTSTANDING, LEAST_KV, POWER_OF_TWO, PREFIX_AFFINITY = ROUTERS.values()
+LEAST_LOADED, SMALLEST_RECORD = NO_MATCH.values()
 # The outbox: what an engine's turn left for its loop to act on, as rid * 8 + kind.
 DONE, HANDOFF, SEND_KV, DROP_KV = range(4)
 # The step log: one row per step, int32 columns then float64 (start, duration).
@@ -199,12 +200,14 @@ def build_core(scenario, table_: RequestTable, *, step_overhead_s: float = 0.0,
             kv_bytes=scenario.model_spec.kv_bytes_per_token(scenario.quantization.kv_cache))
     x = scenario.router
     return core_of(engines_of(scenario), table_, seed=scenario.seed, router=x.policy, balance=x.balance_abs,
+                   no_match=x.no_match,
                    refresh_s=x.refresh, delay_s=x.delay_s, add_routed=x.adds_routed, pipeline=pipe, link=link,
                    closed=closed)
 
 
 def core_of(engines: list[EngineSpec], requests: RequestTable, *, seed: int = 0, router: str = "round-robin",
-            balance: int = 0, refresh_s: float = 0.0, delay_s: float = 0.0, add_routed: bool = False,
+            balance: int = 0, no_match: str = "least-loaded", refresh_s: float = 0.0, delay_s: float = 0.0,
+            add_routed: bool = False,
             pipeline: np.ndarray | None = None, link: np.ndarray | None = None,
             closed: tuple[int, float] | None = None) -> Core:
     """A core over these engines (consecutive engines of one replica are its pipeline's). Its
@@ -239,7 +242,7 @@ def core_of(engines: list[EngineSpec], requests: RequestTable, *, seed: int = 0,
     for k, pool in ((FRONT, front), (BACK, back)):
         if pool:
             put(routers[k], Routing, kind=kind, first=pool[0], count=len(pool), turn=0, balance=balance,
-                sampled=refresh_s > 0, add_routed=add_routed, samples=0)
+                no_match=NO_MATCH[no_match], sampled=refresh_s > 0, add_routed=add_routed, samples=0)
     router_times = table(RouterTime)
     put(router_times, RouterTime, refresh_s=refresh_s, delay_s=delay_s, next_refresh=np.inf)
     # a sample waits delay_s to be seen, and one is taken every refresh_s: this many are on their way at once

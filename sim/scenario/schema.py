@@ -39,7 +39,7 @@ from sim.scenario.specs.drafts import draft_spec
 from sim.scenario.specs.gpus import resolution, with_price
 from sim.scenario.specs.models import DTYPE_BYTES
 from sim.traffic.schema import PositiveInt, Slo, Strict, WorkloadSpec
-from sim.vocab import Policy, Role, RouterPolicy
+from sim.vocab import Policy, Role, RouterNoMatch, RouterPolicy
 
 Fraction = Annotated[float, Field(gt=0, le=1)]
 Gigabytes = Annotated[float, Field(ge=0, le=1e6)]  # a petabyte: beyond, byte counts overflow
@@ -304,6 +304,17 @@ class Router(Strict):
     @property
     def adds_routed(self) -> bool:
         return self.policy in ADDS_ROUTED if self.add_routed is None else self.add_routed
+
+    # prefix-affinity: where a prompt with no remembered prefix goes: the least loaded replica, or
+    # the one whose record of routed prefixes is smallest (SGLang's and vLLM's cache_aware routers
+    # send a cache miss to their radix tree's smallest tenant)
+    no_match: RouterNoMatch = "least-loaded"
+
+    @model_validator(mode="after")
+    def _no_match_needs_prefix_affinity(self):
+        if "no_match" in self.model_fields_set and self.policy != "prefix-affinity":
+            raise ValueError("no_match applies only to policy: prefix-affinity")
+        return self
 
 
 class Cost(Strict):
