@@ -49,7 +49,7 @@ class FleetPower:
 
     params: np.ndarray  # f8 [E, ROW_SIZE]
     power: np.ndarray  # f8 [E, POWER_SIZE]
-    gpus: np.ndarray  # f8 [E] a replica's GPUs, counted once per replica (a pipeline's first engine)
+    gpus: np.ndarray  # f8 [E] the GPUs each engine stands for: one stage's TP group (a replica's pp engines: tp × pp)
     tp: np.ndarray  # f8 [E]
     usd_per_kwh: np.ndarray  # f8 [E]
 
