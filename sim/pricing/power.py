@@ -30,16 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from sim.core.jit import entry, leaf
-from sim.core.plan import (
-    DECODE_CONTEXT,
-    DECODE_SEQS,
-    NUM_SAMPLED,
-    NUM_SEQS,
-    NUM_TOKENS,
-    PREFILL_ATTN,
-    PREFILL_TOKENS,
-    SHAPE_SIZE,
-)
+from sim.core.plan import SHAPE_SIZE, Shape
 from sim.pricing.roofline import floor_parts
 
 # A replica's power row (per GPU): its figures, the cap (0: none), TP and PP.
@@ -148,14 +139,14 @@ def log_shapes(steps, block_size: np.ndarray) -> np.ndarray:
     seqs = steps["num_seqs"].to_numpy(np.float64)
     decodes = steps["decode_seqs"].to_numpy(np.float64)
     prefill = steps["prefill_tokens"].to_numpy(np.float64)
-    out[:, NUM_TOKENS] = steps["num_tokens"].to_numpy(np.float64)
-    out[:, NUM_SEQS] = seqs
-    out[:, DECODE_SEQS] = decodes
-    out[:, PREFILL_TOKENS] = prefill
-    out[:, PREFILL_ATTN] = prefill * prefill / np.maximum(seqs - decodes, 1.0)
-    out[:, NUM_SAMPLED] = seqs
+    out[:, Shape.NUM_TOKENS] = steps["num_tokens"].to_numpy(np.float64)
+    out[:, Shape.NUM_SEQS] = seqs
+    out[:, Shape.DECODE_SEQS] = decodes
+    out[:, Shape.PREFILL_TOKENS] = prefill
+    out[:, Shape.PREFILL_ATTN] = prefill * prefill / np.maximum(seqs - decodes, 1.0)
+    out[:, Shape.NUM_SAMPLED] = seqs
     ctx = steps["kv_blocks_used"].to_numpy(np.float64) * block_size[steps["engine"].to_numpy(np.int64)]
-    out[:, DECODE_CONTEXT] = np.where(decodes > 0, np.maximum(ctx - prefill, 0.0), 0.0)
+    out[:, Shape.DECODE_CONTEXT] = np.where(decodes > 0, np.maximum(ctx - prefill, 0.0), 0.0)
     return out
 
 

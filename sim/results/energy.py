@@ -49,7 +49,7 @@ class FleetPower:
 
     params: np.ndarray  # f8 [E, ROW_SIZE]
     power: np.ndarray  # f8 [E, POWER_SIZE]
-    gpus: np.ndarray  # f8 [E] a replica's GPUs, counted once per replica (a pipeline's first engine)
+    gpus: np.ndarray  # f8 [E] the GPUs each engine stands for: one stage's TP group (a replica's pp engines: tp × pp)
     tp: np.ndarray  # f8 [E]
     usd_per_kwh: np.ndarray  # f8 [E]
 
@@ -141,9 +141,8 @@ def run_energy(fleet: FleetPower, steps: pd.DataFrame, requests: pd.DataFrame, s
     idle_e = np.array([s * w for s, w in held])
     dyn_e = np.bincount(steps["engine"].to_numpy(np.int64), weights=dynamic, minlength=len(fleet.gpus))
     usd = float(((idle_e + dyn_e) / J_PER_KWH) @ fleet.usd_per_kwh)
-    span = max(float(summary.get("duration_s") or 0.0), window)
     return {"energy_kwh": kwh,
-            "mean_power_w": total / span if span > 0 else nan,
+            "mean_power_w": total / window if window > 0 else nan,  # over the window the idle power is held
             "energy_j_per_output_token": total / out_tok if out_tok else nan,
             "energy_kwh_per_1m_tokens": kwh / all_tok * 1e6 if all_tok else nan,
             "energy_cost_usd": usd,

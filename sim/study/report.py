@@ -61,7 +61,7 @@ def answer_columns(run: StudyRun) -> list[str]:
     """The columns that tell the answer, in reading order (swept fields name the config)."""
     plan, obj = run.plan, run.plan.study.objective
     names = list(plan.swept) or ["config"]
-    common = ["num_gpus", "cost_per_hour", "cost_per_1m_tokens"]
+    common = ["num_gpus", "cost_per_hour", "cost_per_1m_tokens", "energy_kwh_per_1m_tokens"]
     if isinstance(obj, MaxRate):
         configs = run.outcome.configs
         per_gpu = ["max_rate_per_gpu"] if "num_gpus" in configs and configs["num_gpus"].nunique() > 1 else []

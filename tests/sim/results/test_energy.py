@@ -112,3 +112,22 @@ def test_a_power_cap_bounds_every_step_and_the_fleet_draw():
     assert capped.steps["power_w"].max() <= 300 * (1 + 1e-9)
     series = power_series(scenario_power(capped.scenario), capped.steps, np.linspace(0, 5, 11))
     assert series.max() <= 300 * (1 + 1e-9)
+
+
+def test_the_report_draws_power_over_time_and_the_summary_shows_energy(tmp_path):
+    from sim.results.report import write_report
+    from sim.results.summary_view import summary_blocks
+
+    result = simulate(scenario(hardware={"gpu": "H100-SXM", "power_cap_w": 400}))
+    page = write_report(result, tmp_path / "report.html").read_text()
+    assert "Power over time" in page and "power cap" in page
+    _, blocks = summary_blocks(result)
+    rows = {r[0]: r[1] for b in blocks for r in b.rows if len(r) == 2}
+    assert "J per output token" in rows["energy"] and "kWh per 1M tokens" in rows["energy"]
+
+
+def test_a_gpu_without_tdp_has_no_energy_figures():
+    gpu = {"name": "mine", "memory_gib": 80, "hbm_tb_s": 3, "peaks": {"bf16": 900}, "link": "pcie5"}
+    result = simulate(scenario(hardware={"gpu": gpu, "price_per_gpu_hour": 1.0}))
+    assert result.summary["energy_kwh"] != result.summary["energy_kwh"]  # NaN: not modelled
+    assert result.requests["energy_j"].isna().all()
