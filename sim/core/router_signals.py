@@ -58,26 +58,29 @@ def kv_load(c, r):
 
 
 # -- the picture a router decides on ------------------------------------------------------------
+@leaf
+def _sampled(c, k, r, value, routed, mark):
+    """A sampled figure as router k sees it: plus what it routed since the sample, if it adds that."""
+    s = c.signals[r]
+    if c.routers[k, Routing.ADD_ROUTED]:
+        return s[value] + s[routed] - s[mark]
+    return s[value]
+
+
 @jit
 def seen_outstanding(c, k, r):
     """Replica r's outstanding requests as router k sees them."""
-    if not c.routers[k, Routing.SAMPLED]:
-        return float(outstanding(c, r))
-    s = c.signals[r]
-    if c.routers[k, Routing.ADD_ROUTED]:
-        return s[Signal.OUT] + s[Signal.ROUTED_OUT] - s[Signal.MARK_OUT]
-    return s[Signal.OUT]
+    if c.routers[k, Routing.SAMPLED]:
+        return _sampled(c, k, r, Signal.OUT, Signal.ROUTED_OUT, Signal.MARK_OUT)
+    return float(outstanding(c, r))
 
 
 @jit
 def seen_kv(c, k, r):
     """Replica r's KV load as router k sees it."""
-    if not c.routers[k, Routing.SAMPLED]:
-        return kv_load(c, r)
-    s = c.signals[r]
-    if c.routers[k, Routing.ADD_ROUTED]:
-        return s[Signal.KV] + s[Signal.ROUTED_KV] - s[Signal.MARK_KV]
-    return s[Signal.KV]
+    if c.routers[k, Routing.SAMPLED]:
+        return _sampled(c, k, r, Signal.KV, Signal.ROUTED_KV, Signal.MARK_KV)
+    return kv_load(c, r)
 
 
 @jit
