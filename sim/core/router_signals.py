@@ -10,7 +10,8 @@ every replica (work: refreshes × replicas); the sample becomes the routers' pic
 slot each). Between samples a router that ``add_routed`` adds to the picture what it has sent
 each replica since the sample was taken: one outstanding request and the prompt's KV blocks for
 each; others see the sample alone. Refreshes stop when nothing is left to come: every request
-has reached the front router and no engine has work, a step, a timer or a KV transfer under way.
+is on its way to the front router and no engine has work, a step, a timer or a KV transfer under
+way.
 
 The compiled loop's decode runs stop before the next refresh (``sim/loops/events.py: horizon``),
 so a sample reads the state stepping one by one leaves.
@@ -24,7 +25,18 @@ from sim.core import blocktable as bt
 from sim.core.commit import queue_len
 from sim.core.jit import jit, leaf
 from sim.core.kvblocks import blocks_for
-from sim.core.state import FRONT, Clock, Counter, Replica, RouterTime, Routing, Setting, Signal
+from sim.core.state import (
+    FRONT,
+    Clock,
+    Counter,
+    Replica,
+    RouterTime,
+    Routing,
+    RunCounter,
+    RunTime,
+    Setting,
+    Signal,
+)
 
 
 @leaf
@@ -58,26 +70,29 @@ def kv_load(c, r):
 
 
 # -- the picture a router decides on ------------------------------------------------------------
+@leaf
+def _sampled(c, k, r, value, routed, mark):
+    """A sampled figure as router k sees it: plus what it routed since the sample, if it adds that."""
+    s = c.signals[r]
+    if c.routers[k, Routing.ADD_ROUTED]:
+        return s[value] + s[routed] - s[mark]
+    return s[value]
+
+
 @jit
 def seen_outstanding(c, k, r):
     """Replica r's outstanding requests as router k sees them."""
-    if not c.routers[k, Routing.SAMPLED]:
-        return float(outstanding(c, r))
-    s = c.signals[r]
-    if c.routers[k, Routing.ADD_ROUTED]:
-        return s[Signal.OUT] + s[Signal.ROUTED_OUT] - s[Signal.MARK_OUT]
-    return s[Signal.OUT]
+    if c.routers[k, Routing.SAMPLED]:
+        return _sampled(c, k, r, Signal.OUT, Signal.ROUTED_OUT, Signal.MARK_OUT)
+    return float(outstanding(c, r))
 
 
 @jit
 def seen_kv(c, k, r):
     """Replica r's KV load as router k sees it."""
-    if not c.routers[k, Routing.SAMPLED]:
-        return kv_load(c, r)
-    s = c.signals[r]
-    if c.routers[k, Routing.ADD_ROUTED]:
-        return s[Signal.KV] + s[Signal.ROUTED_KV] - s[Signal.MARK_KV]
-    return s[Signal.KV]
+    if c.routers[k, Routing.SAMPLED]:
+        return _sampled(c, k, r, Signal.KV, Signal.ROUTED_KV, Signal.MARK_KV)
+    return kv_load(c, r)
 
 
 @jit
@@ -120,13 +135,15 @@ def publish(c, slot):
 
 @jit
 def more_to_come(c):
-    """Can anything still change what a router decides: a request yet to reach the front router,
-    or an engine with work, a step, a wake-up, a batching timer or a KV transfer under way?"""
+    """Can anything still change what a router decides: an arrival on its way, a closed-loop
+    user's request sent but not yet at the front router, or an engine with work, a step, a
+    wake-up, a batching timer or a KV transfer under way? (A request stuck in a queue no engine
+    will ever admit is none of these.)"""
     first, count = c.routers[FRONT, Routing.FIRST], c.routers[FRONT, Routing.COUNT]
     sent = 0.0
     for r in range(first, first + count):
         sent += c.signals[r, Signal.ROUTED_OUT]
-    if sent < c.req.arrival.shape[0]:
+    if np.isfinite(c.run_times[RunTime.NEXT_ARRIVAL]) or c.run_counters[RunCounter.NEXT_SEND] > sent:
         return True
     for e in range(c.counters.shape[0]):
         s = c.counters[e]

@@ -267,6 +267,9 @@ class Disaggregation(Strict):
 # pkg/epp/server/options.go); vLLM production-stack's router scrapes the same gauges
 # (vllm:gpu_cache_usage_perc, running and waiting requests) every --engine-stats-interval, 30 s by
 # default (src/vllm_router/parsers/parser.py).
+# Between samples every request goes where the last sample looked least loaded: a burst within
+# one interval herds (100 replicas at 1,000 req/s: TTFT p50 0.24 s sampled every 50 ms, 0.027 s
+# on the exact state), unless the router adds what it routed since (add_routed: 0.022 s).
 DEFAULT_REFRESH_S = {"least-kv": 0.05}
 # The other routers count what they send (exact state, refresh_s 0 by default): least-outstanding
 # (production-stack's request stats, JSQ), power-of-two and the balance check of prefix-affinity

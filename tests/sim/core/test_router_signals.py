@@ -95,8 +95,10 @@ def test_a_burst_herds_onto_one_replica_behind_a_stale_least_kv_router(loop):
     assert stale.summary["ttft_p50"] > exact.summary["ttft_p50"]
 
 
+@pytest.mark.parametrize("arrival", [{"process": "poisson", "rate": 20},
+                                     {"process": "closed", "concurrency": 6, "think_time_s": 0.3}])
 @pytest.mark.parametrize("loop", ["simpy", "compiled"])
-def test_refreshes_stop_when_nothing_is_left_to_come(loop, monkeypatch):
+def test_refreshes_stop_when_nothing_is_left_to_come(loop, arrival, monkeypatch):
     cores = []
     build = run_module.build_core
 
@@ -107,7 +109,7 @@ def test_refreshes_stop_when_nothing_is_left_to_come(loop, monkeypatch):
     monkeypatch.setattr(run_module, "build_core", keep)
     refresh = 0.25
     result = simulate(scenario(router={"policy": "least-kv", "refresh_s": refresh}, replicas=2,
-                               simulation={"loop": loop}))
+                               simulation={"loop": loop}, workload__arrival=arrival))
     c = cores[0]
     assert c.router_times[RouterTime.NEXT_REFRESH] == math.inf
     end = result.requests["completion"].max()
