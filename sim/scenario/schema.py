@@ -256,8 +256,8 @@ class Router(Strict):
     # this many outstanding requests beyond the least loaded replica
     balance_abs: NonNegativeInt = 16
     # prefix-affinity: where a prompt with no remembered prefix goes: the least loaded replica, or
-    # the one whose record of routed prefixes is smallest (SGLang's and vLLM's cache_aware routers
-    # send a cache miss to their radix tree's smallest tenant)
+    # the one with the fewest prompt tokens routed there beyond the prefixes they matched (SGLang's
+    # and vLLM's cache_aware routers send a cache miss to their radix tree's smallest tenant)
     no_match: RouterNoMatch = "least-loaded"
 
     @model_validator(mode="after")
