@@ -262,7 +262,8 @@ class Router(Strict):
 
     @model_validator(mode="after")
     def _no_match_needs_prefix_affinity(self):
-        if "no_match" in self.model_fields_set and self.policy != "prefix-affinity":
+        # a full dump of any scenario names the default: only another rule is refused
+        if self.no_match != "least-loaded" and self.policy != "prefix-affinity":
             raise ValueError("no_match applies only to policy: prefix-affinity")
         return self
 
