@@ -389,8 +389,10 @@ With `--resimulate --out benchmarks/results/router-check` it compares the commit
               f"(uniform), each request's own {w['prompt_len']['min']}–{w['prompt_len']['max']} tokens after it, "
               f"{w['output_len']['min']}–{w['output_len']['max']} output tokens; run 2: the same lengths, arrivals "
               "and prefix choices, other words",
-              f"- profile: `{summary['profile_from']}` (the vLLM-CPU calibration: the same server flags, its model "
-              "threads on one core; copied here as profile.json)",
+              ("- profile: server A's own quick calibration (`servesim calibrate --endpoint`), profile.json here"
+               if summary.get("calibration") else
+               f"- profile: `{summary['profile_from']}` (the vLLM-CPU calibration: the same server flags, its model "
+               "threads on one core; copied here as profile.json)"),
               f"- priority: the servers, the router and the load generator at niceness {NICE}, their sessions' "
               f"autogroups too (got {summary.get('priority')}: load generator, server A, server B), ahead of the "
               "other work on the machine",

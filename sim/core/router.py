@@ -11,8 +11,9 @@ a prefilled one moves to), and which of a pipelined replica's virtual engines ta
   prompt's tail before its head, like SGLang's cache-aware router's radix tree and llm-d's
   prefix scorer), unless that replica has more than ``balance_abs`` outstanding requests beyond
   the least loaded one; a prompt with no known prefix goes to the least loaded replica, or
-  (``no_match: smallest-record``) to the one whose record holds the fewest blocks, as SGLang's
-  and vLLM's cache_aware routers send a miss to their radix tree's smallest tenant.
+  (``no_match: smallest-record``) to the one with the fewest prompt tokens routed there beyond
+  the prefixes they matched, as SGLang's and vLLM's cache_aware routers send a miss to their
+  radix tree's smallest tenant (the characters inserted for it).
 Ties go to the lowest replica index.
 
 Each reads the replicas' load through ``sim/core/router_signals.py``: exactly, or as last
@@ -41,6 +42,7 @@ from sim.core.state import (
     Replica,
     Routing,
     RunCounter,
+    Setting,
 )
 
 
@@ -62,12 +64,13 @@ def _prefix_match(c, r, rid):
 
 @jit
 def _smallest_record(c, k, first, count, bound):
-    """The replica with the fewest blocks in the router's record, among those with at most
-    ``bound`` outstanding requests."""
-    r, size = -1, 0
+    """The replica with the fewest prompt tokens recorded, among those with at most ``bound``
+    outstanding requests (as the router sees them)."""
+    r = -1
     for x in range(first, first + count):
-        if seen_outstanding(c, k, x) <= bound and (r < 0 or c.rtable.owner[x, bt.SIZE] < size):
-            r, size = x, c.rtable.owner[x, bt.SIZE]
+        record = c.replicas[x, Replica.RECORD]
+        if seen_outstanding(c, k, x) <= bound and (r < 0 or record < c.replicas[r, Replica.RECORD]):
+            r = x
     return r
 
 
@@ -106,6 +109,8 @@ def route(c, k, rid):
                 r, best = x, m
         # r now holds the prompt's blocks, as far as the router knows (it held the first `best`)
         bt.remember(c.rtable, r, c.req.prefix_ids, c.req.prefix_offsets[rid], c.req.prefix_offsets[rid + 1], best)
+        block = c.settings[c.replicas[r, Replica.FIRST], Setting.BLOCK_SIZE]
+        c.replicas[r, Replica.RECORD] += max(c.req.prompt_len[rid] - best * block, 0)
     elif kind == ROUND_ROBIN:
         r = first + c.routers[k, Routing.TURN]
         c.routers[k, Routing.TURN] = (c.routers[k, Routing.TURN] + 1) % count

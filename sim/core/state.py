@@ -45,8 +45,9 @@ Counter = columns("Counter", """FREE HOST_FREE NRUN NWAIT NSWAP NREMOTE NTRANSFE
 Clock = columns("Clock", "WAKE_AT START DURATION TIMER_AT",
                 "An engine's times: clocks[e, Clock.X]. WAKE_AT: when an idle engine should look again; "
                 "TIMER_AT: the earliest batching timer pending.")
-Replica = columns("Replica", "FIRST COUNT TURN ROLE",
-                  "A replica: replicas[r, Replica.X] (int64): its first engine, their count (pp), whose turn.")
+Replica = columns("Replica", "FIRST COUNT TURN ROLE RECORD",
+                  "A replica: replicas[r, Replica.X] (int64): its first engine, their count (pp), whose turn; "
+                  "RECORD: prefix-affinity's prompt tokens routed there beyond the prefixes they matched.")
 PipeCost = columns("PipeCost", "OVERHEAD HIDDEN_BYTES LINK LATENCY",
                    "A replica's pipeline hand-off costs: pipe_costs[r, PipeCost.X] (sim/pricing/links.py).")
 Routing = columns("Routing", "KIND FIRST COUNT TURN BALANCE NO_MATCH SAMPLED ADD_ROUTED SAMPLES",
@@ -221,7 +222,7 @@ def core_of(engines: list[EngineSpec], requests: RequestTable, *, seed: int = 0,
     for e, x in enumerate(engines):
         s = x.scheduler
         if replicas[x.replica, Replica.COUNT] == 0:
-            put(replicas[x.replica], Replica, first=e, count=0, turn=0, role=ROLES[x.role])
+            put(replicas[x.replica], Replica, first=e, count=0, turn=0, role=ROLES[x.role], record=0)
         replicas[x.replica, Replica.COUNT] += 1
         put(settings[e], Setting, policy=POLICIES[s.policy], num_blocks=x.num_blocks, block_size=x.block_size,
             max_seqs=s.max_num_seqs, max_batched=s.max_batched_tokens, chunk=s.chunk_size,

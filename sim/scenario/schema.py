@@ -309,13 +309,14 @@ class Router(Strict):
         return self.policy in ADDS_ROUTED if self.add_routed is None else self.add_routed
 
     # prefix-affinity: where a prompt with no remembered prefix goes: the least loaded replica, or
-    # the one whose record of routed prefixes is smallest (SGLang's and vLLM's cache_aware routers
-    # send a cache miss to their radix tree's smallest tenant)
+    # the one with the fewest prompt tokens routed there beyond the prefixes they matched (SGLang's
+    # and vLLM's cache_aware routers send a cache miss to their radix tree's smallest tenant)
     no_match: RouterNoMatch = "least-loaded"
 
     @model_validator(mode="after")
     def _no_match_needs_prefix_affinity(self):
-        if "no_match" in self.model_fields_set and self.policy != "prefix-affinity":
+        # a full dump of any scenario names the default: only another rule is refused
+        if self.no_match != "least-loaded" and self.policy != "prefix-affinity":
             raise ValueError("no_match applies only to policy: prefix-affinity")
         return self
 

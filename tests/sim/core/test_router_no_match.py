@@ -21,30 +21,43 @@ FIELDS = {"replicas": 2, "scheduler__prefix_caching": True,
 
 
 def routed(no_match: str | None, loop: str):
+    """Each request's simulated replica, its system prompt (numbered in order of first
+    appearance) and its prompt length."""
     router = {"policy": "prefix-affinity"} | ({"no_match": no_match} if no_match else {})
     s = scenario(router=router, simulation={"loop": loop}, **FIELDS)
     w = build_workload(s)
     system = np.array([w.prefix_hashes[w.prefix_offsets[i]] for i in range(len(w))])  # its system prompt
-    order = {h: k for k, h in enumerate(dict.fromkeys(system))}  # in order of first appearance
-    return simulate(s).requests["replica"].to_numpy(), np.array([order[h] for h in system])
+    order = {h: k for k, h in enumerate(dict.fromkeys(system))}
+    return simulate(s).requests["replica"].to_numpy(), np.array([order[h] for h in system]), w.prompt_len
+
+
+def smallest_record(prompt, length, shared: int = 512):
+    """The rule by hand: a known system prompt goes home; a new one to the replica with the
+    fewest prompt tokens routed there beyond the system prompts they matched."""
+    home, record, out = {}, [0, 0], []
+    for p, n in zip(prompt, length, strict=True):
+        known = p in home
+        if not known:
+            home[p] = int(np.argmin(record))  # ties: the lowest index
+        record[home[p]] += int(n) - (shared if known else 0)
+        out.append(home[p])
+    return np.array(out)
 
 
 @pytest.mark.parametrize("loop", ["compiled", "simpy"])
 def test_a_miss_goes_to_the_smallest_record_and_then_stays(loop):
-    replica, prompt = routed("smallest-record", loop)
+    replica, prompt, length = routed("smallest-record", loop)
     assert len(set(prompt)) == 4
-    home = {p: set(replica[prompt == p]) for p in range(4)}
-    assert all(len(h) == 1 for h in home.values())  # each system prompt stays where it first went
-    # first prompt: both records empty, replica 0; second: replica 1 holds none; third: both
-    # hold one prompt's blocks, replica 0; fourth: replica 1
-    assert [home[p].pop() for p in range(4)] == [0, 1, 0, 1]
+    expected = smallest_record(prompt, length)
+    assert set(expected) == {0, 1}
+    np.testing.assert_array_equal(replica, expected)
 
 
 @pytest.mark.parametrize("loop", ["compiled", "simpy"])
 def test_by_default_a_miss_goes_to_the_least_loaded(loop):
-    replica, _ = routed(None, loop)
+    replica, _, _ = routed(None, loop)
     assert (replica == 0).all()  # every replica idle at every arrival: ties go to the lowest index
-    again, _ = routed("least-loaded", loop)
+    again, _, _ = routed("least-loaded", loop)
     assert (again == replica).all()
 
 
