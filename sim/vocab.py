@@ -10,6 +10,8 @@ from typing import Literal, get_args
 Policy = Literal["static", "continuous", "chunked-prefill"]  # how an engine batches
 RouterPolicy = Literal["round-robin", "least-outstanding", "least-kv", "power-of-two", "prefix-affinity"]
 Role = Literal["colocated", "prefill", "decode"]  # what a replica's engines do (disaggregation)
+ScalePolicy = Literal["queue", "kv", "sla"]  # what an autoscaler sizes the fleet by (sim/core/autoscale.py)
+Forecast = Literal["last", "trend"]  # the SLA planner's next-interval arrival rate
 
 
 def codes(names) -> dict[str, int]:
@@ -25,3 +27,5 @@ def constant(name: str) -> str:
 POLICIES = codes(Policy)
 ROUTERS = codes(RouterPolicy)
 ROLES = codes(Role)
+SCALE_POLICIES = codes(ScalePolicy)
+FORECASTS = codes(Forecast)

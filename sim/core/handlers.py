@@ -6,7 +6,8 @@ A loop owns only a clock. It pops an event, calls its handler here, and turns th
 pushes, the SimPy loop (sim/loops/simpy_loop.py) into timeouts and signals. An effect is
 data — (kind, who, delay): "wake engine e", "engine e's step ends after d", "request r
 arrives after d", "r's user sends after its think time", "r's KV cache lands after its
-transfer", "engine e's batching timer fires after d" — left in the core's effects buffer
+transfer", "engine e's batching timer fires after d", "the autoscaler evaluates after d",
+"replica r is ready after d" — left in the core's effects buffer
 (``fx``) in the order the loops create their events, so both take them in the same order
 (tests/sim/loops/test_loops_agree.py).
 
@@ -25,15 +26,29 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.core import disagg, router
+from sim.core import autoscale, disagg, router
 from sim.core.commit import begin_step, commit
 from sim.core.jit import jit, leaf
 from sim.core.policies import schedule
-from sim.core.state import BACK, DONE, DROP_KV, FRONT, HANDOFF, SEND_KV, Clock, Counter, RunCounter, RunTime
+from sim.core.state import (
+    BACK,
+    DONE,
+    DROP_KV,
+    FRONT,
+    HANDOFF,
+    PROVISIONING,
+    SEND_KV,
+    Clock,
+    Counter,
+    FleetTime,
+    RunCounter,
+    RunTime,
+    Scale,
+)
 
 # Effects, and the events a loop makes of them.
-WAKE, STEP_END, ARRIVAL, SEND, LANDED, TIMER = range(6)
-EVENT_KINDS = ("wake", "step_end", "arrival", "send", "landed", "timer")
+WAKE, STEP_END, ARRIVAL, SEND, LANDED, TIMER, TICK, READY = range(8)
+EVENT_KINDS = ("wake", "step_end", "arrival", "send", "landed", "timer", "tick", "ready")
 PRICED = -1.0  # a LANDED effect's delay: the link's price, which the loop asks sim/pricing for
 
 
@@ -160,6 +175,8 @@ def start(c, now):
         c.run_counters[RunCounter.NEXT_SEND] = first
     else:
         arrivals(c, now, False)
+    if c.scale[Scale.ON]:  # the autoscaler's first evaluation
+        effect(c, TICK, -1, c.scale[Scale.INTERVAL])
 
 
 @jit
@@ -182,6 +199,18 @@ def timer(c, e, now):
 
 
 @jit
+def tick(c, now):
+    """The autoscaler evaluates (sim/core/autoscale.py); each replica it starts is ready after
+    its provisioning and cold start."""
+    autoscale.tick(c, now)
+    for r in range(c.fleet.shape[0]):
+        if c.fleet[r] == PROVISIONING and c.fleet_t[r, FleetTime.SINCE] == now:
+            effect(c, READY, r, c.scale[Scale.READY_DELAY])
+    if autoscale.again(c):
+        effect(c, TICK, -1, c.scale[Scale.INTERVAL])
+
+
+@jit
 def handle(c, kind, who, now):
     """An event other than the engines' own (WAKE, STEP_END) has come: its handler."""
     if kind == ARRIVAL:
@@ -193,3 +222,7 @@ def handle(c, kind, who, now):
         landed(c, who, now)
     elif kind == TIMER:
         timer(c, who, now)
+    elif kind == TICK:
+        tick(c, now)
+    elif kind == READY:
+        autoscale.ready(c, who, now)

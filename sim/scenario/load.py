@@ -160,6 +160,7 @@ def check_feasible(s: Scenario, source: str) -> None:
     if s.scheduler.speculative and s.scheduler.speculative.draft_model == spec.name:
         raise ScenarioError(source, "scheduler.speculative.draft_model",
                             "must be a smaller model than the target")
+    check_autoscale(s, source)
     gib = 1024**3
     for r in s.replica_specs:
         hw, mem = r.hardware, r.memory
@@ -190,6 +191,27 @@ def check_feasible(s: Scenario, source: str) -> None:
             raise ScenarioError(source, f"{field}.expert_parallel",
                                 f"needs tp to divide the model's {spec.num_experts} experts "
                                 f"({'a dense model' if not spec.is_moe else ''})".replace(" ()", ""))
+
+
+def check_autoscale(s: Scenario, source: str) -> None:
+    """What an autoscaled fleet cannot be: pools or groups of different replicas (it grows
+    and shrinks one kind of replica), a fixed ``replicas`` beside it, a closed loop (whose load
+    follows the fleet rather than the clock)."""
+    if s.autoscale is None:
+        return
+    if s.disaggregation is not None:
+        raise ScenarioError(source, "autoscale", "cannot scale disaggregated prefill and decode pools (not "
+                            "modelled); remove autoscale or disaggregation")
+    if s.replica_groups is not None:
+        raise ScenarioError(source, "autoscale", "scales one kind of replica: remove replica_groups "
+                            "(autoscale.max_replicas sets the fleet's size)")
+    if "replicas" in s.model_fields_set:
+        raise ScenarioError(source, "replicas", "the autoscaled fleet's size is autoscale.min_replicas .. "
+                            "max_replicas: remove replicas")
+    if s.workload.classes is None and s.workload.arrival.process == "closed":
+        raise ScenarioError(source, "workload.arrival.process", "a closed loop's load follows the fleet, so "
+                            "autoscale cannot follow it: use an open arrival process (poisson, gamma, "
+                            "constant, trace)")
 
 
 def _group_field(s: Scenario, r: ReplicaSpec, part: str) -> str:
