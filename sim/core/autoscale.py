@@ -56,6 +56,7 @@ from sim.core.state import (
     RunCounter,
     Scale,
     ScaleCounter,
+    Setting,
 )
 
 
@@ -123,15 +124,6 @@ def settle(c):
 
 
 @jit
-def _waiting(c, r):
-    n = 0
-    first = c.replicas[r, Replica.FIRST]
-    for e in range(first, first + c.replicas[r, Replica.COUNT]):
-        n += queue_len(c, e)
-    return n
-
-
-@jit
 def recommend(c, active, serving):
     """The policy's replica count, before stabilisation."""
     s = c.scale
@@ -147,9 +139,14 @@ def recommend(c, active, serving):
     if active == 0:
         return serving
     total = 0.0
-    for r in range(c.fleet.shape[0]):
-        if c.fleet[r] == ACTIVE:
-            total += kv_load(c, r) if int(s[Scale.POLICY]) == KV else _waiting(c, r)
+    if int(s[Scale.POLICY]) == KV:
+        for r in range(c.fleet.shape[0]):
+            if c.fleet[r] == ACTIVE:
+                total += kv_load(c, r)
+    else:  # the requests waiting at the active replicas' engines
+        for e in range(c.counters.shape[0]):
+            if c.fleet[c.settings[e, Setting.REPLICA]] == ACTIVE:
+                total += queue_len(c, e)
     ratio = total / active / s[Scale.TARGET]
     if abs(ratio - 1.0) <= s[Scale.TOLERANCE]:
         return serving

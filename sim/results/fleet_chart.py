@@ -5,6 +5,7 @@ changes (sim/results/fleet.py)."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from sim.results.chart import Chart
 from sim.results.fleet import replicas_over_time
@@ -16,8 +17,8 @@ MAX_POINTS = 2000  # changes drawn; a longer series keeps every k-th (the GPU-ho
 def fleet_over_time(result) -> tuple[Chart, str]:
     """The chart and a note on reading it."""
     series = replicas_over_time(result.fleet, len(result.scenario.replica_specs))
-    end = float(max(series["time"].iloc[-1], result.requests["arrival"].max(initial=0.0)))
-    series = series._append(series.iloc[-1:].assign(time=end), ignore_index=True)  # hold the last state
+    end = float(max(series["time"].iloc[-1], result.requests["arrival"].to_numpy().max(initial=0.0)))
+    series = pd.concat([series, series.iloc[-1:].assign(time=end)], ignore_index=True)  # hold the last state
     if len(series) > MAX_POINTS:
         keep = np.unique(np.r_[np.arange(0, len(series), len(series) // MAX_POINTS + 1), len(series) - 1])
         series = series.iloc[keep]

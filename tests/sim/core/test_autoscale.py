@@ -116,6 +116,22 @@ def test_the_cost_is_the_price_of_the_gpu_hours_held():
     assert held > r.scenario.replica_specs[0].hardware.num_gpus * 0  # something was held
 
 
+def test_the_results_hold_the_fleet_its_chart_and_its_summary(tmp_path):
+    from sim.results.summary_view import summary_blocks
+    from sim.results.write import write_results
+
+    r = run(QUEUE)
+    paths = write_results(r, tmp_path / "out", "csv")
+    fleet = pd.read_csv(paths["fleet"])
+    assert fleet["state"].tolist() == r.fleet["state"].astype(str).tolist()
+    assert "Replicas over time" in paths["report"].read_text()
+    titles = [b.title for b in summary_blocks(r)[1]]
+    assert "Autoscaling" in titles and any(t.startswith("SLO between scale changes") for t in titles)
+    fixed = simulate(scenario(replicas=2))
+    assert "fleet" not in write_results(fixed, tmp_path / "out", "csv")  # a fixed fleet's run: no fleet file
+    assert not (tmp_path / "out" / "fleet.csv").exists()
+
+
 def test_slo_attainment_is_given_between_changes_of_the_active_count():
     series = pd.DataFrame({"time": [0.0, 5.0, 7.0, 9.0], "active": [1, 3, 3, 1]})
     requests = pd.DataFrame({"arrival": [1.0, 2.0, 6.0, 8.0, 9.5], "slo_met": [True, False, True, True, False]})
