@@ -166,3 +166,17 @@ def test_a_refusal_names_the_file_and_exits_2(tmp_path):
     with pytest.raises(InputError, match=r"bad\.yaml"):
         load_scenario(path)
     assert main(["run", str(path), "--out", str(tmp_path / "out")]) == 2
+
+
+def test_the_capacity_model_sustains_less_under_a_tighter_slo_and_more_on_a_faster_gpu():
+    from sim.pricing import make_cost_model
+    from sim.pricing.capacity import replica_rate
+
+    def rate(**fields):
+        s = scenario(**fields)
+        return replica_rate(s, make_cost_model(s), 600, 200)
+
+    free, tight = rate(), rate(slo={"tpot_s": 0.012})
+    assert 0 < tight < free
+    assert rate(hardware={"gpu": "L4"}) < free
+    assert rate(scheduler={"max_num_seqs": 4}) < free  # the batch is bounded by the engine's seats
