@@ -187,6 +187,10 @@ def collect(scenario: Scenario, table: RequestTable, workload, steps: pd.DataFra
     summary.update(run_costs(scenario, summary, held))  # $/h and $ per 1M tokens (sim.results.money)
     if fleet is not None:
         summary["autoscale"] = fleet_summary(fleet, requests, len(scenario.replica_specs), held, gpus, window)
+        if held > 0 and window > 0:  # goodput per GPU: per GPU held on average, not per GPU of the largest fleet
+            per = scenario.num_gpus / (held * 3600.0 / window)
+            for part in (summary, *(summary.get("classes") or {}).values()):
+                part["goodput_per_gpu"] *= per
     warnings = list(scenario.model_notes)  # what the model's description leaves out or over-counts
     warnings += getattr(workload, "notes", ())
     warnings += extrapolation_warnings(extrapolated or {})
