@@ -266,6 +266,21 @@ def vidur(ex: Example) -> None:
 
 # -- studies -------------------------------------------------------------------------------------
 
+def autoscale(ex: Example) -> None:
+    a = run("autoscale-diurnal")
+    fleet = a["autoscale"]
+    fixed = run("autoscale-diurnal", "autoscale=null", f"replicas={fleet['max_held']}")
+    ex.check("the fleet follows the curve: 1 replica at night, about 6 at the peak",
+             fleet["min_active"] == 1 and 5 <= fleet["max_held"] <= 7, f"{fleet['min_active']} to {fleet['max_held']}")
+    share = fleet["gpu_hours"] / fixed["gpu_hours"]
+    ex.check("about 7 GPU-hours, about 58% of a fixed fleet of the peak's", 6 <= fleet["gpu_hours"] <= 8
+             and 0.45 <= share <= 0.7, f"{fleet['gpu_hours']:.2f} GPU-hours, {pct(share)} of {fixed['gpu_hours']:.2f}")
+    ex.check("about 99% meet the SLO (the fixed fleet about 100%)", att(a) >= 0.97 and att(fixed) >= 0.995,
+             f"{pct(att(a))} vs {pct(att(fixed))}")
+    worst = fleet["worst_stretch"]["slo_attainment"]
+    ex.check("the worst stretch between changes about 89%", 0.75 <= worst < att(a), pct(worst))
+
+
 def study(name: str, *sets: str):
     """The outcome of scenarios/studies/NAME.yaml, run in this process."""
     from sim.cli.app import _extra_commands  # noqa: F401  (the study package registers itself)
@@ -342,6 +357,7 @@ def azure_study(ex: Example) -> None:
 
 EXAMPLES: dict[str, Callable[[Example], None]] = {
     "quickstart": quickstart, "burst": burst, "policy-*": policies, "azure-conversation": azure_conversation,
+    "autoscale-diurnal": autoscale,
     "disaggregated": disaggregated, "heterogeneous": heterogeneous, "mixtral-expert-parallel": mixtral,
     "mooncake-trace": mooncake, "multi-class": multi_class, "multi-turn": multi_turn,
     "pipeline-parallel-70b": pipeline, "quantization-fp8": fp8, "router-least-kv": router,

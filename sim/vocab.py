@@ -12,6 +12,8 @@ RouterPolicy = Literal["round-robin", "least-outstanding", "least-kv", "power-of
 Role = Literal["colocated", "prefill", "decode"]  # what a replica's engines do (disaggregation)
 # prefix-affinity: where a prompt with no remembered prefix goes
 RouterNoMatch = Literal["least-loaded", "smallest-record"]
+ScalePolicy = Literal["queue", "kv", "sla"]  # what an autoscaler sizes the fleet by (sim/core/autoscale.py)
+Forecast = Literal["last", "trend"]  # the SLA planner's next-interval arrival rate
 
 
 def codes(names) -> dict[str, int]:
@@ -28,3 +30,5 @@ POLICIES = codes(Policy)
 ROUTERS = codes(RouterPolicy)
 ROLES = codes(Role)
 NO_MATCH = codes(RouterNoMatch)
+SCALE_POLICIES = codes(ScalePolicy)
+FORECASTS = codes(Forecast)

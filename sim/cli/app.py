@@ -195,6 +195,8 @@ def build_parser(extras: bool = True) -> argparse.ArgumentParser:
                             "each against 20,000 simulated requests per second")
     bench.add_argument("--cluster", action="store_true", help="also run 1,000,000 requests over 8 replicas")
     bench.add_argument("--scaling", action="store_true", help="also run 10k, 100k and 1M requests")
+    bench.add_argument("--autoscale", action="store_true",
+                       help="also run scenarios/autoscale-diurnal.yaml's autoscaled day at full length (target < 30 s)")
     bench.add_argument("--startup", action="store_true",
                        help="also time a 2,000-request servesim run: warm, and in a fresh checkout (empty "
                             "build cache; the build made in the background, or in the foreground)")

@@ -7,7 +7,8 @@ pushes, the SimPy loop (sim/loops/simpy_loop.py) into timeouts and signals. An e
 data — (kind, who, delay): "wake engine e", "engine e's step ends after d", "request r
 arrives after d", "r's user sends after its think time", "r's KV cache lands after its
 transfer", "engine e's batching timer fires after d", "the routers sample the replicas' load
-after d", "sample s becomes the routers' picture after d" — left in the core's effects buffer
+after d", "sample s becomes the routers' picture after d", "the autoscaler evaluates after d",
+"replica r is ready after d" — left in the core's effects buffer
 (``fx``) in the order the loops create their events, so both take them in the same order
 (tests/sim/loops/test_loops_agree.py).
 
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.core import disagg, router
+from sim.core import autoscale, disagg, router
 from sim.core import router_signals as signals
 from sim.core.commit import begin_step, commit
 from sim.core.jit import jit, leaf
@@ -37,17 +38,20 @@ from sim.core.state import (
     DROP_KV,
     FRONT,
     HANDOFF,
+    PROVISIONING,
     SEND_KV,
     Clock,
     Counter,
+    FleetTime,
     RouterTime,
     RunCounter,
     RunTime,
+    Scale,
 )
 
 # Effects, and the events a loop makes of them.
-WAKE, STEP_END, ARRIVAL, SEND, LANDED, TIMER, REFRESH, PUBLISH = range(8)
-EVENT_KINDS = ("wake", "step_end", "arrival", "send", "landed", "timer", "refresh", "publish")
+WAKE, STEP_END, ARRIVAL, SEND, LANDED, TIMER, REFRESH, PUBLISH, TICK, READY = range(10)
+EVENT_KINDS = ("wake", "step_end", "arrival", "send", "landed", "timer", "refresh", "publish", "tick", "ready")
 PRICED = -1.0  # a LANDED effect's delay: the link's price, which the loop asks sim/pricing for
 
 
@@ -199,6 +203,8 @@ def start(c, now):
         c.run_counters[RunCounter.NEXT_SEND] = first
     else:
         arrivals(c, now, False)
+    if c.scale[Scale.ON]:  # the autoscaler's first evaluation
+        effect(c, TICK, -1, c.scale[Scale.INTERVAL])
 
 
 @jit
@@ -221,6 +227,18 @@ def timer(c, e, now):
 
 
 @jit
+def tick(c, now):
+    """The autoscaler evaluates (sim/core/autoscale.py); each replica it starts is ready after
+    its provisioning and cold start."""
+    autoscale.tick(c, now)
+    for r in range(c.fleet.shape[0]):
+        if c.fleet[r] == PROVISIONING and c.fleet_t[r, FleetTime.SINCE] == now:
+            effect(c, READY, r, c.scale[Scale.READY_DELAY])
+    if autoscale.again(c):
+        effect(c, TICK, -1, c.scale[Scale.INTERVAL])
+
+
+@jit
 def handle(c, kind, who, now):
     """An event other than the engines' own (WAKE, STEP_END) has come: its handler."""
     if kind == ARRIVAL:
@@ -236,3 +254,7 @@ def handle(c, kind, who, now):
         refresh(c, now)
     elif kind == PUBLISH:
         signals.publish(c, who)
+    elif kind == TICK:
+        tick(c, now)
+    elif kind == READY:
+        autoscale.ready(c, who, now)

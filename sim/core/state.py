@@ -21,7 +21,7 @@ from sim.core.blocktable import BlockTable, block_table, block_table_ref
 from sim.core.jit import HAVE_NUMBA, entry, struct
 from sim.core.plan import SHAPE_SIZE
 from sim.core.requests import Requests, RequestTable, requests_ref
-from sim.vocab import NO_MATCH, POLICIES, ROLES, ROUTERS
+from sim.vocab import FORECASTS, NO_MATCH, POLICIES, ROLES, ROUTERS, SCALE_POLICIES
 
 
 def columns(name: str, names: str, doc: str) -> type[IntEnum]:
@@ -69,12 +69,28 @@ RunCounter = columns("RunCounter", "SEED OUT_N LOG_N FX_N NEXT_RID NEXT_SEND USE
 RunTime = columns("RunTime", "THINK NEXT_ARRIVAL",
                   "Run-wide times: run_times[RunTime.X]: a closed-loop user's think time; when the pending "
                   "arrival event is.")
+# Autoscaling (sim/core/autoscale.py): its settings and state, each replica's state and times.
+Scale = columns("Scale", """ON POLICY MIN MAX START INTERVAL READY_DELAY TARGET TOLERANCE UP_WINDOW DOWN_WINDOW
+    REPLICA_RATE FORECAST PREV_RATE""",
+                "The autoscaler: scale[Scale.X] (float). ON: the fleet scales; START: replicas serving at 0; "
+                "READY_DELAY: provisioning + cold start; REPLICA_RATE: the SLA planner's sustainable req/s "
+                "per replica; PREV_RATE: the arrival rate it saw an interval before.")
+ScaleCounter = columns("ScaleCounter", "LOG_N REC_N ARRIVED LOST",
+                       "The autoscaler's counts: scale_n[ScaleCounter.X]: rows of its log, recommendations "
+                       "kept, requests arrived at the last tick, log rows that found no room.")
+FleetTime = columns("FleetTime", "SINCE READY_AT",
+                    "A replica's times: fleet_t[r, FleetTime.X]: when it entered its state; when it will be ready.")
+# A replica's state (fleet[r]); the routers send only to the ACTIVE ones.
+OFF, PROVISIONING, ACTIVE, DRAINING = range(4)
+FLEET_STATES = ("off", "provisioning", "active", "draining")
 # Codes of the scenario's names (sim/vocab.py): a new name fails here until it has its constant.
 STATIC, CONTINUOUS, CHUNKED_PREFILL = POLICIES.values()
 COLOCATED, PREFILL, DECODE = ROLES.values()
 FRONT, BACK = 0, 1
 ROUND_ROBIN, LEAST_OUTSTANDING, LEAST_KV, POWER_OF_TWO, PREFIX_AFFINITY = ROUTERS.values()
 LEAST_LOADED, SMALLEST_RECORD = NO_MATCH.values()
+QUEUE, KV, SLA = SCALE_POLICIES.values()
+LAST, TREND = FORECASTS.values()
 # The outbox: what an engine's turn left for its loop to act on, as rid * 8 + kind.
 DONE, HANDOFF, SEND_KV, DROP_KV = range(4)
 # The step log: one row per step, int32 columns then float64 (start, duration).
@@ -120,6 +136,12 @@ class Core(NamedTuple):
     log_f: np.ndarray  # [2, LOG_ROWS] start, duration
     itl_hist: np.ndarray  # [classes, ITL_BINS]
     itl_sum: np.ndarray  # [classes] whole nanoseconds
+    fleet: np.ndarray  # [R] each replica's state: OFF, PROVISIONING, ACTIVE, DRAINING
+    fleet_t: np.ndarray  # [R, FleetTime]
+    scale: np.ndarray  # [Scale]
+    scale_n: np.ndarray  # [ScaleCounter]
+    scale_log: np.ndarray  # [rows, 3] the fleet's changes: time, replica, new state
+    scale_recs: np.ndarray  # [rows, 2] the recommendations of the stabilisation window: time, replicas
 
 
 CoreType, CoreRef = struct("Core", Core._fields, __name__)
@@ -183,10 +205,11 @@ def put(row: np.ndarray, columns: type[IntEnum], **values) -> None:
 
 
 def build_core(scenario, table_: RequestTable, *, step_overhead_s: float = 0.0,
-               closed: tuple[int, float] | None = None) -> Core:
+               closed: tuple[int, float] | None = None, replica_rate: float = 0.0) -> Core:
     """The core of ``scenario``'s cluster over ``table_``'s requests, nothing arrived yet
     (``step_overhead_s``: a step's fixed cost, which a pipeline's first stage pays; ``closed``:
-    a closed loop's users and think time)."""
+    a closed loop's users and think time; ``replica_rate``: the SLA planner's sustainable
+    req/s per replica, sim/pricing/capacity.py)."""
     specs = scenario.replica_specs
     pipe = table(PipeCost, len(specs))
     for r, spec in enumerate(specs):
@@ -201,19 +224,41 @@ def build_core(scenario, table_: RequestTable, *, step_overhead_s: float = 0.0,
             kv_bytes=scenario.model_spec.kv_bytes_per_token(scenario.quantization.kv_cache))
     x = scenario.router
     return core_of(engines_of(scenario), table_, seed=scenario.seed, router=x.policy, balance=x.balance_abs,
-                   no_match=x.no_match,
-                   refresh_s=x.refresh, delay_s=x.delay_s, add_routed=x.adds_routed, pipeline=pipe, link=link,
-                   closed=closed)
+                   no_match=x.no_match, refresh_s=x.refresh, delay_s=x.delay_s, add_routed=x.adds_routed,
+                   pipeline=pipe, link=link, closed=closed, autoscale=scale_settings(scenario, replica_rate))
+
+
+def cold_start_s(scenario) -> float:
+    """How long a new replica loads its weights: ``autoscale.cold_start_s``, or its weight
+    bytes per GPU (each GPU loads its shard) over ``autoscale.load_bandwidth_gbps``."""
+    a = scenario.autoscale
+    if a.cold_start_s is not None:
+        return a.cold_start_s
+    return scenario.memory.weight_bytes / (a.load_bandwidth_gbps * 1e9)
+
+
+def scale_settings(scenario, replica_rate: float = 0.0) -> np.ndarray | None:
+    """The autoscaler's row (``Scale``) of ``scenario``, or None for a fixed fleet."""
+    a = scenario.autoscale
+    if a is None:
+        return None
+    row = table(Scale)
+    put(row, Scale, on=1, policy=SCALE_POLICIES[a.policy], min=a.min_replicas, max=a.max_replicas,
+        start=a.start_replicas, interval=a.interval_s, ready_delay=a.provisioning_s + cold_start_s(scenario),
+        target=a.target_value,
+        tolerance=a.tolerance, up_window=a.scale_up_stabilization_s, down_window=a.scale_down_stabilization_s,
+        replica_rate=replica_rate, forecast=FORECASTS[a.forecast], prev_rate=0.0)
+    return row
 
 
 def core_of(engines: list[EngineSpec], requests: RequestTable, *, seed: int = 0, router: str = "round-robin",
             balance: int = 0, no_match: str = "least-loaded", refresh_s: float = 0.0, delay_s: float = 0.0,
-            add_routed: bool = False,
-            pipeline: np.ndarray | None = None, link: np.ndarray | None = None,
-            closed: tuple[int, float] | None = None) -> Core:
+            add_routed: bool = False, pipeline: np.ndarray | None = None, link: np.ndarray | None = None,
+            closed: tuple[int, float] | None = None, autoscale: np.ndarray | None = None) -> Core:
     """A core over these engines (consecutive engines of one replica are its pipeline's). Its
     routers see the replicas' load sampled every ``refresh_s`` (0: exactly), each sample
-    ``delay_s`` late, plus what they routed since it when ``add_routed``."""
+    ``delay_s`` late, plus what they routed since it when ``add_routed``; ``autoscale``: the
+    autoscaler's settings (``scale_settings``), None for a fixed fleet."""
     E = len(engines)
     R = engines[-1].replica + 1
     ints = np.int64
@@ -263,6 +308,10 @@ def core_of(engines: list[EngineSpec], requests: RequestTable, *, seed: int = 0,
     classes = len(requests.class_names)
     levels = requests.num_levels
     effects = 2 * requests.n + 4 * E + 64  # a request sends and lands once; an engine wakes, times, steps
+    fleet = fleet_of(R, requests, autoscale)
+    effects += R  # a tick may start every replica
+    if autoscale is not None:
+        routers[FRONT, Routing.COUNT] = int(autoscale[Scale.START])  # the initial replicas serve
     return Core(
         req=requests.arrays(), settings=settings, float_settings=float_settings, counters=counters,
         clocks=table(Clock, E, fill=np.inf),
@@ -275,4 +324,32 @@ def core_of(engines: list[EngineSpec], requests: RequestTable, *, seed: int = 0,
         link_costs=table(LinkCost) if link is None else link, run_counters=run_counters, run_times=run_times,
         out=rows(2 * requests.n + 64), fx=rows(effects, 2), fx_delay=np.zeros(effects),
         log_i=np.zeros((len(LOG_INT_COLUMNS), LOG_ROWS), dtype=np.int32), log_f=np.zeros((2, LOG_ROWS)),
-        itl_hist=rows(classes, ITL_BINS), itl_sum=rows(classes))
+        itl_hist=rows(classes, ITL_BINS), itl_sum=rows(classes), **fleet)
+
+
+def fleet_of(R: int, requests: RequestTable, autoscale: np.ndarray | None) -> dict:
+    """Each replica's state (all ACTIVE for a fixed fleet; the initial ones ACTIVE, logged at
+    0, when autoscaled) and the autoscaler's tables, sized for the most changes it can make:
+    a tick changes each replica at most twice (a drained one stops, then restarts) and a
+    replica's readiness is one more, over the ticks until the last planned arrival and as many
+    again after it."""
+    scale = table(Scale) if autoscale is None else autoscale.copy()
+    fleet = np.full(R, ACTIVE, dtype=np.int64)
+    fleet_t = table(FleetTime, R)
+    fleet_t[:, FleetTime.READY_AT] = np.inf
+    if autoscale is None:
+        return dict(fleet=fleet, fleet_t=fleet_t, scale=scale, scale_n=table(ScaleCounter, dtype=np.int64),
+                    scale_log=np.zeros((0, 3)), scale_recs=np.zeros((1, 2)))
+    start = int(scale[Scale.START])
+    fleet[start:] = OFF
+    interval = scale[Scale.INTERVAL]
+    last = float(requests.arrival.max()) if requests.n else 0.0
+    ticks = 2 * (int(last / interval) + 2)
+    log = np.zeros((start + 3 * R * ticks + 16, 3))
+    log[:start, 1] = np.arange(start)
+    log[:start, 2] = ACTIVE
+    counts = table(ScaleCounter, dtype=np.int64)
+    counts[ScaleCounter.LOG_N] = start
+    window = max(scale[Scale.UP_WINDOW], scale[Scale.DOWN_WINDOW])
+    recs = np.full((int(window / interval) + 2, 2), -np.inf)
+    return dict(fleet=fleet, fleet_t=fleet_t, scale=scale, scale_n=counts, scale_log=log, scale_recs=recs)

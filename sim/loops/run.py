@@ -21,15 +21,16 @@ import simpy
 from sim.core.jit import HAVE_NUMBA
 from sim.core.plan import Executor
 from sim.core.requests import RequestTable
-from sim.core.state import Setting, build_core
+from sim.core.state import Replica, ScaleCounter, Setting, build_core
 from sim.errors import ScenarioError
 from sim.pricing import CostModelExecutor, make_cost_model
 from sim.pricing.costs import add_counts, encode, extrapolation_warnings
 from sim.pricing.profiled import COUNTERS
 from sim.pricing.roofline import engine_of
 from sim.results.energy import run_energy, scenario_power
+from sim.results.fleet import fleet_log, fleet_summary, held_gpu_hours, held_seconds
 from sim.results.metrics import check_request_times, requests_frame, summarize
-from sim.results.money import run_costs
+from sim.results.money import run_costs, window_s
 from sim.results.steplog import StepLog, engine_rows
 from sim.scenario.load import apply_overrides, scenario_from_dict
 from sim.scenario.schema import Scenario
@@ -48,6 +49,7 @@ class RunResult:
     events: int = 0  # steps the engines ran
     loop: str = "simpy"  # which loop ran it: simpy or compiled
     itl: dict | None = None  # inter-token gaps: histogram per class (see results.metrics)
+    fleet: pd.DataFrame | None = None  # an autoscaled fleet's changes (see results.fleet)
 
 
 def engine_costs(scenario: Scenario) -> list:
@@ -111,13 +113,26 @@ class _Run:
         self.workload = workload if workload is not None else build_workload(scenario)
         self.table = RequestTable.from_workload(self.workload)
         self.closed = self.workload.closed_loop
+        self.replica_rate = _replica_rate(scenario, self.workload)
         self.core = build_core(scenario, self.table, step_overhead_s=engine_of(scenario).step_overhead_s,
-                               closed=self.closed)
+                               closed=self.closed, replica_rate=self.replica_rate)
         self.log = StepLog()
 
     def collect(self, wall_s: float, mode: str, extrapolated: dict[str, int]) -> RunResult:
         return collect(self.scenario, self.table, self.workload, self.log.frame(self.core), self.core, wall_s, mode,
                        extrapolated)
+
+
+def _replica_rate(scenario: Scenario, workload) -> float:
+    """The SLA planner's sustainable rate of one replica (sim/pricing/capacity.py), 0 otherwise."""
+    a = scenario.autoscale
+    if a is None or a.policy != "sla":
+        return 0.0
+    from sim.pricing.capacity import replica_rate
+
+    n = len(workload.prompt_len)
+    return replica_rate(scenario, make_cost_model(scenario), workload.prompt_len.mean() if n else 1.0,
+                        workload.output_len.mean() if n else 1.0)
 
 
 def _on_simpy(run: _Run, executors: list[Executor], env: simpy.Environment, clock, progress, mode: str,
@@ -165,9 +180,24 @@ def collect(scenario: Scenario, table: RequestTable, workload, steps: pd.DataFra
     steps["kv_utilization"] = kv_utilization(steps, core.settings[:, Setting.NUM_BLOCKS].astype(float))
     itl = {"hist": core.itl_hist.copy(), "sum": core.itl_sum.copy(), "classes": table.class_names}
     summary = summarize(requests, steps, num_gpus=scenario.num_gpus, itl=itl, workload=workload)
-    summary.update(run_costs(scenario, summary))  # $/h and $ per 1M tokens (sim.results.money)
+    fleet = fleet_log(core)
+    held, gpus, window = None, scenario.replica_specs[0].hardware.num_gpus, window_s(summary)
+    held_s = None  # the seconds each engine's GPUs were held in the cost window (a fixed fleet: all of it)
+    if fleet is not None:  # GPU-hours held over the cost window (sim.results.fleet)
+        start = float(requests["arrival"].min()) if len(requests) else 0.0
+        held = held_gpu_hours(fleet, gpus, start, start + window)
+        # a replica's engines are consecutive (its pipeline's stages): each holds its replica's time
+        held_s = np.repeat(held_seconds(fleet, len(scenario.replica_specs), start, start + window),
+                           core.replicas[:, Replica.COUNT])
+    summary.update(run_costs(scenario, summary, held))  # $/h and $ per 1M tokens (sim.results.money)
     summary.update(run_energy(scenario_power(scenario), steps, requests, summary,  # sim.results.energy
-                              core.settings[:, Setting.BLOCK_SIZE].astype(np.float64)))
+                              core.settings[:, Setting.BLOCK_SIZE].astype(np.float64), held_s))
+    if fleet is not None:
+        summary["autoscale"] = fleet_summary(fleet, requests, len(scenario.replica_specs), held, gpus, window)
+        if held > 0 and window > 0:  # goodput per GPU: per GPU held on average, not per GPU of the largest fleet
+            per = scenario.num_gpus / (held * 3600.0 / window)
+            for part in (summary, *(summary.get("classes") or {}).values()):
+                part["goodput_per_gpu"] *= per
     warnings = list(scenario.model_notes)  # what the model's description leaves out or over-counts
     warnings += getattr(workload, "notes", ())
     warnings += extrapolation_warnings(extrapolated or {})
@@ -177,7 +207,10 @@ def collect(scenario: Scenario, table: RequestTable, workload, steps: pd.DataFra
         warnings += [f"{n} request(s) rejected: {r}" for r, n in reasons.items()]
     if summary["unfinished"]:
         warnings.append(f"{summary['unfinished']} request(s) never finished")
-    return RunResult(scenario, requests, steps, summary, warnings, wall_s, mode, itl=itl)
+    if fleet is not None and core.scale_n[ScaleCounter.LOST]:
+        warnings.append(f"the fleet's log ran out of room: {int(core.scale_n[ScaleCounter.LOST])} change(s) of "
+                        "replica state are missing from its series and GPU-hours")
+    return RunResult(scenario, requests, steps, summary, warnings, wall_s, mode, itl=itl, fleet=fleet)
 
 
 def kv_utilization(steps: pd.DataFrame, capacity: np.ndarray) -> np.ndarray:

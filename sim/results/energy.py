@@ -110,9 +110,11 @@ def token_split(steps: pd.DataFrame, dynamic: np.ndarray) -> tuple[float, float,
 
 
 def run_energy(fleet: FleetPower, steps: pd.DataFrame, requests: pd.DataFrame, summary: dict,
-               block_size: np.ndarray) -> dict[str, float]:
+               block_size: np.ndarray, held_s: np.ndarray | None = None) -> dict[str, float]:
     """The run's energy figures (ENERGY_METRICS), and each step's ``power_w`` and each request's
-    ``energy_j`` added to their tables. Without a power model (a GPU with no TDP): NaN."""
+    ``energy_j`` added to their tables. ``held_s``: the seconds each engine's GPUs were held
+    within the cost window (an autoscaled fleet, sim/results/fleet.py); default, all of it.
+    Without a power model (a GPU with no TDP): NaN."""
     nan = float("nan")
     if not fleet.modelled:
         steps["power_w"] = np.full(len(steps), nan)
@@ -121,7 +123,8 @@ def run_energy(fleet: FleetPower, steps: pd.DataFrame, requests: pd.DataFrame, s
     watts, dynamic = step_power(fleet, steps, block_size)
     steps["power_w"] = watts
     window = window_s(summary)
-    held = [(g * window, w) for g, w in zip(fleet.gpus, fleet.power[:, IDLE], strict=True)]
+    seconds = np.full(len(fleet.gpus), window) if held_s is None else held_s
+    held = [(g * t, w) for g, t, w in zip(fleet.gpus, seconds, fleet.power[:, IDLE], strict=True)]
     idle_j = fleet_energy(0.0, held)
     total = idle_j + float(dynamic.sum())
     pre_j, dec_j, pre_n, dec_n = token_split(steps, dynamic)

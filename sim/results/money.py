@@ -10,6 +10,9 @@ Cost per token is the fleet's price over the **arrival window** divided by the t
 arrival; a single instant of arrivals falls back to first arrival → last completion), so the
 figure reads as a fleet kept busy by this traffic for good: in a steady state it serves what
 arrives, and the drain after the last arrival — an artefact of a finite run — is not billed.
+``gpu_hours`` is what the fleet held over that window: every GPU for the whole window, or, for an autoscaled fleet, the
+GPU-hours its replicas were held (provisioning, active, draining: ``sim/results/fleet.py``),
+which its cost is then the price of (its ``cost_per_hour`` the mean over the window).
 """
 
 from __future__ import annotations
@@ -112,9 +115,16 @@ def token_costs(usd_per_hour: float, summary: dict) -> dict[str, float]:
             "cost_per_1m_tokens": spent / all_tok * 1e6 if all_tok else float("nan")}
 
 
-def run_costs(scenario, summary: dict) -> dict[str, float]:
-    """The money figures of a run's summary, at the scenario's own prices (else the catalog's)."""
-    return token_costs(cost_per_hour(gpu_inventory(scenario), own=own_prices(scenario)), summary)
+def run_costs(scenario, summary: dict, held_gpu_hours: float | None = None) -> dict[str, float]:
+    """The money figures of a run's summary and its ``gpu_hours``, at the scenario's own prices
+    (else the catalog's); ``held_gpu_hours``: an autoscaled fleet's, over the cost window."""
+    inventory = gpu_inventory(scenario)
+    per_hour = cost_per_hour(inventory, own=own_prices(scenario))
+    full = sum(inventory.values()) * window_s(summary) / 3600.0
+    if held_gpu_hours is None:
+        return {**token_costs(per_hour, summary), "gpu_hours": full}
+    share = held_gpu_hours / full if full > 0 else 0.0  # an autoscaled fleet is one kind of GPU
+    return {**token_costs(per_hour * share, summary), "gpu_hours": held_gpu_hours}
 
 
 def price_records(scenario, prices: dict[str, float] | None = None) -> list[dict]:

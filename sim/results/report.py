@@ -284,6 +284,11 @@ def report_parts(result) -> list[str]:
         bursts = [(b["start_s"], b["end_s"], b["factor"]) for b in summary.get("bursts") or []]
         fig, note = traffic_over_time(reqs, bursts, None if by_class else s.slo.ttft_s)
         parts.append(f"<h2>Traffic over time</h2><p class='note'>{html.escape(note)}</p>" + figure_html(fig))
+    if getattr(result, "fleet", None) is not None and "autoscale" in summary:
+        from sim.results.fleet_chart import fleet_over_time
+
+        fig, note = fleet_over_time(result)
+        parts.append(f"<h2>Replicas over time</h2><p class='note'>{html.escape(note)}</p>" + figure_html(fig))
     if len(result.steps):
         fig, note = timeline(result)
         parts.append(f"<h2>Over time</h2><p class='note'>{html.escape(note)}</p>" + figure_html(fig))

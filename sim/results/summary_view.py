@@ -147,6 +147,35 @@ def class_block(summary: dict, scenario) -> Block:
     return Block("SLO per class", rows, ["class", "SLO", "requests", "SLO met", "goodput"])
 
 
+MAX_STRETCHES = 12  # stretches between scale changes listed; beyond, the worst (in time order)
+
+
+def autoscale_blocks(summary: dict) -> list[Block]:
+    """An autoscaled fleet: GPU-hours held against a fixed fleet of its peak, its range and
+    changes; the SLO attainment between its changes (sim/results/fleet.py)."""
+    a = summary["autoscale"]
+    rows = [["GPU-hours held", f"{fmt.num(a['gpu_hours'])} (a fixed fleet of its peak, {a['max_held']} "
+             f"replicas: {fmt.num(a['fixed_gpu_hours'])})"],
+            ["active replicas", f"{a['min_active']} to {a['max_active']}, {fmt.num(a['mean_active'])} on average"],
+            ["scale changes", f"{a['scale_changes']:,}"]]
+    w = a["worst_stretch"]
+    if w is not None:
+        rows.append(["worst stretch", f"{fmt.pct(w['slo_attainment'])} SLO met, {fmt.num(w['start_s'])}–"
+                     f"{fmt.num(w['end_s'])} s with {w['active']} active ({fmt.plural(w['requests'], 'request')})"])
+    note = ("Held: provisioning, active and draining time over the cost window (not replicas × window); the "
+            "cost above is its price.")
+    stretches = [x for x in a["stretches"] if x["requests"]]
+    shown = stretches
+    if len(stretches) > MAX_STRETCHES:
+        worst = sorted(range(len(stretches)), key=lambda i: stretches[i]["slo_attainment"])[:MAX_STRETCHES]
+        shown = [stretches[i] for i in sorted(worst)]
+    grid = [[f"{fmt.num(x['start_s'])}–{fmt.num(x['end_s'])}", str(x["active"]), f"{x['requests']:,}",
+             fmt.pct(x["slo_attainment"])] for x in shown]
+    title = "SLO between scale changes" + (f" (the {len(shown)} worst of {len(stretches)})"
+                                           if len(shown) < len(stretches) else "")
+    return [Block("Autoscaling", rows, [], note), Block(title, grid, ["arrived (s)", "active", "requests", "SLO met"])]
+
+
 def summary_blocks(result) -> tuple[list[tuple[str, str]], list[Block]]:
     """The setup rows and the summary's tables for a run's result."""
     s, summary = result.scenario, result.summary
@@ -158,6 +187,11 @@ def summary_blocks(result) -> tuple[list[tuple[str, str]], list[Block]]:
     else:
         blocks = [latency_block(summary)]
         slo = slo_text(s.slo) if has_slo(s) else "none set: every finished request counts as meeting it"
-    blocks.append(results_block(summary, s.num_gpus, caching, slo, price_text(s)))
+    price = price_text(s)
+    if "autoscale" in summary:
+        price = f"the GPU-hours held, of up to {price}"
+    blocks.append(results_block(summary, s.num_gpus, caching, slo, price))
+    if "autoscale" in summary:
+        blocks += autoscale_blocks(summary)
     blocks.append(Block(*band_table(result)))
     return setup, blocks

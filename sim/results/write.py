@@ -84,6 +84,12 @@ def write_results(result, out_dir: str | Path, fmt: str = "parquet", workload=No
                 if other != fmt:
                     st.remove(f"{name}.{other}")
             paths[name] = st.final(f"{name}.{fmt}")
+        for other in FORMATS:  # an autoscaled fleet's changes (time, replica, state): sim.results.fleet
+            if other != fmt or getattr(result, "fleet", None) is None:
+                st.remove(f"fleet.{other}")
+        if getattr(result, "fleet", None) is not None:
+            writes.append(pool.submit(_write_table, result.fleet, st.file(f"fleet.{fmt}"), fmt))
+            paths["fleet"] = st.final(f"fleet.{fmt}")
         for old in Path(out_dir).glob("seed-*"):  # an earlier run's on several seeds (--seeds)
             st.remove(old.name, folder=True)
         st.remove("seeds.csv")

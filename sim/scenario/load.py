@@ -161,6 +161,7 @@ def check_feasible(s: Scenario, source: str) -> None:
         raise ScenarioError(source, "scheduler.speculative.draft_model",
                             "must be a smaller model than the target")
     check_router(s.router, source)
+    check_autoscale(s, source)
     gib = 1024**3
     for r in s.replica_specs:
         hw, mem = r.hardware, r.memory
@@ -217,6 +218,27 @@ def check_router(x: Router, source: str) -> None:
         raise ScenarioError(source, "router.delay_s",
                             f"expected at most {MAX_SAMPLES_IN_FLIGHT} × router.refresh_s ({x.refresh} s), got "
                             f"{x.delay_s}")
+
+
+def check_autoscale(s: Scenario, source: str) -> None:
+    """What an autoscaled fleet cannot be: pools or groups of different replicas (it grows
+    and shrinks one kind of replica), a fixed ``replicas`` beside it, a closed loop (whose load
+    follows the fleet rather than the clock)."""
+    if s.autoscale is None:
+        return
+    if s.disaggregation is not None:
+        raise ScenarioError(source, "autoscale", "cannot scale disaggregated prefill and decode pools (not "
+                            "modelled); remove autoscale or disaggregation")
+    if s.replica_groups is not None:
+        raise ScenarioError(source, "autoscale", "scales one kind of replica: remove replica_groups "
+                            "(autoscale.max_replicas sets the fleet's size)")
+    if "replicas" in s.model_fields_set:
+        raise ScenarioError(source, "replicas", "the autoscaled fleet's size is autoscale.min_replicas .. "
+                            "max_replicas: remove replicas")
+    if s.workload.classes is None and s.workload.arrival.process == "closed":
+        raise ScenarioError(source, "workload.arrival.process", "a closed loop's load follows the fleet, so "
+                            "autoscale cannot follow it: use an open arrival process (poisson, gamma, "
+                            "constant, trace)")
 
 
 def _group_field(s: Scenario, r: ReplicaSpec, part: str) -> str:

@@ -39,7 +39,7 @@ from sim.scenario.specs.drafts import draft_spec
 from sim.scenario.specs.gpus import resolution, with_price
 from sim.scenario.specs.models import DTYPE_BYTES
 from sim.traffic.schema import PositiveInt, Slo, Strict, WorkloadSpec
-from sim.vocab import Policy, Role, RouterNoMatch, RouterPolicy
+from sim.vocab import Forecast, Policy, Role, RouterNoMatch, RouterPolicy, ScalePolicy
 
 Fraction = Annotated[float, Field(gt=0, le=1)]
 Gigabytes = Annotated[float, Field(ge=0, le=1e6)]  # a petabyte: beyond, byte counts overflow
@@ -321,6 +321,61 @@ class Router(Strict):
         return self
 
 
+# A replica's weights stream from storage at this rate per GPU, each GPU its shard: vLLM's
+# default safetensors loader, Qwen3-30B-A3B on one H200, 57.4 s at 1.1 GB/s
+# (https://docs.vllm.ai/en/latest/models/extensions/instanttensor/, "Benchmarks").
+LOAD_BANDWIDTH_GBPS = 1.1
+# Defaults of the target each policy holds: waiting requests per active replica (queue), KV
+# utilisation (kv), share of the capacity model's sustainable rate (sla).
+SCALE_TARGETS = {"queue": 4.0, "kv": 0.8, "sla": 0.8}
+
+
+class Autoscale(Strict):
+    """A fleet that grows and shrinks with its load (sim/core/autoscale.py): every
+    ``interval_s`` the policy recommends a replica count, held between ``min_replicas`` and
+    ``max_replicas`` and stabilised as Kubernetes' HPA does (the lowest recommendation of the
+    last ``scale_up_stabilization_s``, the highest of the last ``scale_down_stabilization_s``).
+    A new replica serves after ``provisioning_s`` (a node) plus its cold start (its weights
+    loaded: ``cold_start_s``, or the weight bytes per GPU over ``load_bandwidth_gbps``); one
+    scaled down drains: it takes no new requests and stops when it holds none."""
+
+    min_replicas: Replicas = 1
+    max_replicas: Replicas
+    initial_replicas: Replicas | None = None  # serving at the start (default: min_replicas)
+    policy: ScalePolicy = "queue"
+    # queue: waiting requests per active replica; kv: KV utilisation (0-1]; sla: the share of
+    # the capacity model's sustainable rate a replica is planned to carry (0-1]
+    target: PositiveFloat | None = None
+    forecast: Forecast = "last"  # sla: the next interval's rate is the last one's, or its linear trend
+    interval_s: PositiveFloat = 30.0
+    provisioning_s: NonNegativeFloat = 0.0  # a node's start (0: the node pool has one ready)
+    cold_start_s: NonNegativeFloat | None = None  # loading the weights (default: from the bandwidth)
+    load_bandwidth_gbps: PositiveFloat = LOAD_BANDWIDTH_GBPS
+    tolerance: Annotated[float, Field(ge=0, lt=1)] = 0.1  # HPA: no change within ±10% of the target
+    scale_up_stabilization_s: NonNegativeFloat = 0.0  # HPA's defaults
+    scale_down_stabilization_s: NonNegativeFloat = 300.0
+
+    @model_validator(mode="after")
+    def _bounds(self):
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(f"min_replicas ({self.min_replicas}) must be ≤ max_replicas ({self.max_replicas})")
+        start = self.initial_replicas
+        if start is not None and not self.min_replicas <= start <= self.max_replicas:
+            raise ValueError(f"initial_replicas ({start}) must lie in [min_replicas, max_replicas] = "
+                             f"[{self.min_replicas}, {self.max_replicas}]")
+        if self.policy in ("kv", "sla") and self.target is not None and self.target > 1:
+            raise ValueError(f"target ({self.target:g}) is a share for policy {self.policy}: expected at most 1")
+        return self
+
+    @property
+    def start_replicas(self) -> int:
+        return self.min_replicas if self.initial_replicas is None else self.initial_replicas
+
+    @property
+    def target_value(self) -> float:
+        return SCALE_TARGETS[self.policy] if self.target is None else self.target
+
+
 class Cost(Strict):
     """How steps are priced. The roofline's efficiencies come from the GPU's architecture
     (sim/scenario/data/efficiency.yaml) and its overheads from the engine preset; a number given
@@ -399,6 +454,7 @@ class Scenario(Strict):
     cost: Cost = Cost()
     slo: Slo = Slo()
     simulation: Simulation = Simulation()
+    autoscale: Autoscale | None = None  # the fleet follows its load (max_replicas replicas, not replicas)
 
     model_config = ConfigDict(**Strict.model_config, ignored_types=(cached_property,))
 
@@ -491,7 +547,8 @@ class Scenario(Strict):
         elif self.replica_groups is not None:
             groups = [("colocated", g) for g in self.replica_groups]
         else:
-            groups = [("colocated", ReplicaGroup(count=self.replicas))]
+            count = self.replicas if self.autoscale is None else self.autoscale.max_replicas
+            groups = [("colocated", ReplicaGroup(count=count))]
         specs: list[ReplicaSpec] = []
         for role, g in groups:
             hw, sch = g.hardware or self.hardware, g.scheduler or self.scheduler

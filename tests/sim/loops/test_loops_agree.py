@@ -376,3 +376,37 @@ def test_loops_agree_on_a_profile_under_a_power_cap(tmp_path):
     reference, compiled = both_loops(cost={"model": "profile", "profile": path}, hardware__power_cap_w=300,
                                      **PRESSURE)
     assert_identical(reference, compiled)
+
+
+SPIKE = {"workload__num_requests": 250, "hardware__memory_utilization": 0.3,
+         "workload__arrival": {"process": "poisson", "rate": {"segments": [
+             {"duration_s": 2, "rate": 5}, {"duration_s": 3, "rate": 60}, {"duration_s": 40, "rate": 4}]}}}
+FAST_SCALE = {"interval_s": 0.5, "cold_start_s": 1.0, "scale_down_stabilization_s": 1.5}
+AUTOSCALE = {
+    "autoscale-queue": {"autoscale": {"max_replicas": 4, "policy": "queue", "target": 2, **FAST_SCALE},
+                        "scheduler__max_num_seqs": 8, **SPIKE},
+    "autoscale-kv-least-kv-chunked": {"autoscale": {"max_replicas": 3, "policy": "kv", "target": 0.3, **FAST_SCALE},
+                                      "router": {"policy": "least-kv"}, "scheduler__policy": "chunked-prefill",
+                                      **SPIKE},
+    "autoscale-sla-trend-prefix-affinity": {
+        "autoscale": {"min_replicas": 2, "max_replicas": 4, "policy": "sla", "forecast": "trend", "target": 0.5,
+                      **FAST_SCALE},
+        "router": {"policy": "prefix-affinity", "balance_abs": 2}, "scheduler__prefix_caching": True,
+        "slo": {"tpot_s": 0.03}, **SHARED, **SPIKE},
+    # two spikes: a replica still provisioning is cancelled, a draining one serves again
+    "autoscale-cancel-and-reactivate-power-of-two": {
+        "autoscale": {"max_replicas": 4, "target": 1, "interval_s": 0.5, "provisioning_s": 1.0, "cold_start_s": 0,
+                      "scale_down_stabilization_s": 0.0},
+        "router": {"policy": "power-of-two"}, "scheduler__max_num_seqs": 8, **SPIKE,
+        "workload__arrival": {"process": "poisson", "rate": {"segments": [
+            {"duration_s": 1, "rate": 5}, {"duration_s": 1, "rate": 40}, {"duration_s": 2, "rate": 2},
+            {"duration_s": 1, "rate": 40}, {"duration_s": 40, "rate": 3}]}}},
+}
+
+
+@pytest.mark.parametrize("case", AUTOSCALE, ids=str)
+def test_loops_agree_on_autoscaling(case):
+    reference, compiled = both_loops(**AUTOSCALE[case])
+    assert_identical(reference, compiled)
+    pd.testing.assert_frame_equal(reference.fleet, compiled.fleet, check_exact=True)
+    assert compiled.summary["autoscale"]["scale_changes"] >= 2  # the fleet grew and shrank
