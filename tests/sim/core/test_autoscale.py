@@ -13,6 +13,8 @@ import pytest
 from sim.core.state import cold_start_s
 from sim.errors import InputError
 from sim.loops.run import simulate
+from sim.pricing.power import IDLE
+from sim.results.energy import run_energy, scenario_power
 from sim.results.fleet import held_gpu_hours, held_intervals, replicas_over_time, slo_between_changes
 from sim.results.money import run_costs
 from sim.scenario.load import load_scenario
@@ -115,6 +117,17 @@ def test_the_cost_is_the_price_of_the_gpu_hours_held():
     assert s["cost_per_1m_tokens"] == pytest.approx(fixed["cost_per_1m_tokens"] * held / fixed["gpu_hours"])
     mean_gpus = held / (s["arrival_span_s"] / 3600)  # held over the cost window, on average
     assert s["goodput_per_gpu"] == pytest.approx(s["goodput"] / mean_gpus)  # per GPU held on average
+
+
+def test_an_autoscaled_fleet_draws_idle_power_only_while_a_replica_is_held():
+    r = run(QUEUE)
+    s, power = r.summary, scenario_power(r.scenario)
+    block = np.full(len(power.gpus), float(r.scenario.scheduler.block_size))
+    every = run_energy(power, r.steps.copy(), r.requests.copy(), s, block)  # every replica over the window
+    not_held = s["arrival_span_s"] * r.scenario.num_gpus - s["gpu_hours"] * 3600  # GPU-seconds not held
+    idle_w = power.power[0, IDLE]
+    assert not_held > 0
+    assert (every["energy_kwh"] - s["energy_kwh"]) * 3.6e6 == pytest.approx(not_held * idle_w)
 
 
 def test_the_results_hold_the_fleet_its_chart_and_its_summary(tmp_path):

@@ -52,6 +52,15 @@ def test_an_idle_fleet_draws_idle_power_on_every_gpu_over_the_window():
     assert np.allclose(power_series(f, steps_frame([]), edges), 2 * idle)
 
 
+def test_idle_power_is_counted_over_the_seconds_each_engine_was_held():
+    f = fleet(tp=2)
+    idle = power_row(GPU)[IDLE]
+    summary = {"requests": 2, "arrival_span_s": 100.0, "duration_s": 100.0, "output_tokens": 0, "prompt_tokens": 0}
+    out = run_energy(f, steps_frame([]), requests_frame([], [], []), summary, np.array([16.0]), np.array([40.0]))
+    assert out["energy_kwh"] == pytest.approx(2 * idle * 40.0 / 3.6e6)  # an autoscaled replica held 40 s of 100
+    assert out["mean_power_w"] == pytest.approx(2 * idle * 0.4)
+
+
 def test_energy_arithmetic_per_step_fleet_token_and_request():
     f = fleet(tp=2, price=0.2)
     idle = power_row(GPU)[IDLE]
