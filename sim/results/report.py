@@ -12,6 +12,7 @@ import pandas as pd
 
 from sim.results import plotlyjs
 from sim.results.chart import Chart, chart_html
+from sim.results.fleet_spread import AGGREGATE_ABOVE, busiest, panel_keys, spread, spread_traces
 from sim.results.fmt import numeric
 from sim.results.plotstyle import SLO_LINE, base_layout, color, color_map, compact, log_axis, wide
 from sim.results.summary_view import Block, summary_blocks
@@ -129,9 +130,10 @@ def timeline(result) -> tuple[Chart, str]:
                              "waiting": b.waiting[e.index], "queued": b.queued[e.index]})
         for i, e in enumerate(eng)]
     selector = len(series) > MAX_OVERLAID
+    values = [v for _, _, v in series]
     if selector:  # the fleet as a whole first, each engine behind the selector
         def total(key, how):
-            stack = np.vstack([v[key] for _, _, v in series])
+            stack = np.vstack([v[key] for v in values])
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN bins: idle everywhere
                 out = np.nanmean(stack, axis=0) if how == "mean" else np.nansum(stack, axis=0)
@@ -139,36 +141,41 @@ def timeline(result) -> tuple[Chart, str]:
                 out[np.all(np.isnan(stack), axis=0)] = np.nan
             return out
 
-        fleet = {k: total(k, "mean" if k.startswith("kv") else "sum") for k in series[0][2]}
+        fleet = {k: total(k, "mean" if k.startswith("kv") else "sum") for k in values[0]}
+    band = None
+    if len(series) > AGGREGATE_ABOVE:  # a large fleet: its spread and its busiest engines, not each engine
+        band = spread(values)
+        series = [series[i] for i in busiest(values)]
+    if selector:
         series.insert(0, (f"all {len(eng)} engines (sum; KV: mean)", "#222", fleet))
     groups = []
     for k, (label, c, v) in enumerate(series):
         visible = (k == 0) if selector else True
-        traces = [(1, v["decode"], "solid"), (2, v["prefill"], "solid"), (3, v["kv"], "solid")]
-        if cached:
-            traces.append((3, v["kv_all"], "dot"))
-        traces.append((4, v["waiting"], "solid"))
-        if preempting:
-            traces.append((4, v["queued"], "dot"))
         first = len(fig.data)
-        for row, y, dash in traces:
-            fig.add({"x": x, "y": compact(y), "mode": "lines", "name": label, "legendgroup": label,
+        for row, key, dash in panel_keys(cached, preempting):
+            fig.add({"x": x, "y": compact(v[key]), "mode": "lines", "name": label, "legendgroup": label,
                      "showlegend": row == 1, "visible": visible, "connectgaps": False,
                      "line": {**step, "color": c, "dash": dash},
                      "hovertemplate": f"{html.escape(label)}<br>%{{x:.4g}} s: %{{y:.4~g}}<extra></extra>"},
                     row=row, col=1)
         groups.append((label, list(range(first, len(fig.data)))))
+        if k == 0 and band is not None:
+            first = len(fig.data)
+            label = spread_traces(fig, x, band, len(eng), cached, preempting, step)
+            groups.append((label, list(range(first, len(fig.data)))))
     if selector:
         n = len(fig.data)
         buttons = [{"label": label, "method": "update",
                     "args": [{"visible": [i in idx for i in range(n)]}]} for label, idx in groups]
-        buttons.insert(1, {"label": "every engine", "method": "update", "args": [{"visible": [True] * n}]})
+        buttons.insert(1, {"label": "every engine" if band is None else "all of these", "method": "update",
+                           "args": [{"visible": [True] * n}]})
         fig.update(updatemenus=[{"buttons": buttons, "x": 0, "xanchor": "left", "y": 1.09,
                                         "yanchor": "bottom", "showactive": True}])
     fig.yaxes(rangemode="tozero")
-    if all(np.nanmax(np.nan_to_num(v["waiting"], nan=0)) < 1 for _, _, v in series):
+    drawn = [v for _, _, v in series] + ([{k: hi for k, (_, _, hi) in band.items()}] if band else [])
+    if all(np.nanmax(np.nan_to_num(v["waiting"], nan=0)) < 1 for v in drawn):
         fig.yaxes(range=[0, 1], row=4, col=1)
-    peak = max((np.nanmax(np.nan_to_num(v["kv_all"], nan=0)) for _, _, v in series), default=0)
+    peak = max((np.nanmax(np.nan_to_num(v["kv_all"], nan=0)) for v in drawn), default=0)
     fig.yaxes(range=[0, min(100, max(20, 1.15 * float(peak)))], row=3, col=1)  # low use stays readable
     fig.xaxes(title={"text": "simulated time (s)"}, row=4, col=1)
     base_layout(fig, 760)
@@ -178,7 +185,11 @@ def timeline(result) -> tuple[Chart, str]:
     if any(s.hardware.pp > 1 for s in result.scenario.replica_specs):
         note += (" A pipelined replica keeps one micro-batch in flight per stage, each scheduled by its own "
                  "virtual engine: they are drawn separately.")
-    if selector:
+    if band:
+        note += (f" {len(eng):,} engines are more than {AGGREGATE_ABOVE} drawn one by one: the menu shows the fleet, "
+                 "or aggregated, each bin's mean over the engines busy in it and the band from the least to the "
+                 f"most loaded, or one of the {len(series) - 1} engines with the most waiting requests.")
+    elif selector:
         note += " The menu shows the fleet or one engine at a time."
     return fig, note
 

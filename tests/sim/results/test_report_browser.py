@@ -1,5 +1,6 @@
 """A run's report.html opens in a real headless browser, loads plotly.min.js from its folder and
-draws every plot without errors: one replica, and six (the selector) with two traffic classes."""
+draws every plot without errors: one replica, six (the selector) with two traffic classes, and thirty
+(aggregated: the fleet's spread, a filled band)."""
 
 from __future__ import annotations
 
@@ -15,12 +16,13 @@ from tests.conftest import REPO
     [str(REPO / "scenarios" / "multi-class.yaml"), "--set", "workload.duration_s=20", "--set", "replicas=6"],
     [str(REPO / "scenarios" / "burst.yaml"), "--set", "workload.duration_s=40",
      "--set", "workload.arrival.rate.bursts=['x2 for 10 s at 20 s']"],
-], ids=["two-replicas", "six-replicas-two-classes", "burst"])
+    ["--set", "workload.num_requests=300", "--set", "replicas=30"],
+], ids=["two-replicas", "six-replicas-two-classes", "burst", "thirty-replicas-aggregated"])
 def test_run_report_renders_its_plots(chromium, tmp_path, args):
     out = tmp_path / "run"
     assert main(["run", "--out", str(out), *args]) == 0
     found, log = render(chromium, out / "report.html", tmp_path)
-    assert found["plots"] == 3 and found["drawn"] == 3  # latency CDFs, traffic over time, engines over time
+    assert found["plots"] == 4 and found["drawn"] == 4  # latency CDFs, traffic, engines and power over time
     assert all(n > 0 for n in found["traces"]) and all(n > 0 for n in found["marks"])
     assert found["errors"] == [] and console_errors(log) == []
 
@@ -32,7 +34,7 @@ def test_burst_run_report_shows_the_traffic_chart_with_its_burst(chromium, tmp_p
     assert main(["run", str(REPO / "scenarios" / "burst.yaml"), "--out", str(out)]) == 0
     found, log = render(chromium, out / "report.html", tmp_path)
     assert found["errors"] == [] and console_errors(log) == []
-    assert found["plots"] == found["drawn"] == 3
+    assert found["plots"] == found["drawn"] == 4  # with power over time
     traffic = [i for i, names in enumerate(found["legends"]) if "arrivals" in names]
     assert len(traffic) == 1, found["legends"]
     assert {"queue (mean)", "queue (peak)"} <= set(found["legends"][traffic[0]])
