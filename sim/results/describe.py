@@ -106,7 +106,19 @@ def scheduler_rows(s) -> list[tuple[str, str]]:
         seen.setdefault(scheduler_text(r.scheduler), []).append(r.index)
     if len(seen) == 1:
         return [("scheduler", next(iter(seen)))]
-    return [(f"scheduler (replicas {', '.join(map(str, idx))})", text) for text, idx in seen.items()]
+    return [(f"scheduler (replicas {index_ranges(idx)})", text) for text, idx in seen.items()]
+
+
+def index_ranges(idx: list[int]) -> str:
+    """Ascending replica indices with each run of three or more as "first–last" ("0–4999, 6000"),
+    so a large fleet's groups stay one short line."""
+    runs: list[list[int]] = []
+    for i in idx:
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return ", ".join(f"{r[0]}–{r[-1]}" if len(r) >= 3 else ", ".join(map(str, r)) for r in runs)
 
 
 def _arrival_text(a, scale: float) -> str:

@@ -1,5 +1,6 @@
 """A large fleet's report stays small: beyond ``AGGREGATE_ABOVE`` engines the timeline draws the
-fleet's spread and its busiest engines instead of a trace per engine (issue 31)."""
+fleet's spread and its busiest engines instead of a trace per engine, and replica groups are named by
+index ranges (issue 31)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 from sim.cli.app import main
 from sim.loops.run import simulate
+from sim.results.describe import index_ranges, scheduler_rows
 from sim.results.fleet_spread import AGGREGATE_ABOVE, BUSIEST_SHOWN, busiest, spread
 from sim.results.report import timeline
 from sim.scenario.load import scenario_from_dict
@@ -69,3 +71,12 @@ def test_a_run_with_many_replicas_writes_a_report_under_2_mb(tmp_path):
     over_time = page.split("<h2>Over time</h2>")[1]
     assert '"name":"aggregated: mean of 300 engines' in over_time
     assert len(set(re.findall(r'"name":"replica \d+"', over_time))) == BUSIEST_SHOWN  # not one per replica
+
+
+def test_replica_groups_are_named_by_index_ranges():
+    d = fleet(1)
+    del d["replicas"]
+    d["replica_groups"] = [{"count": 40}, {"count": 2, "scheduler": {"policy": "chunked-prefill"}}]
+    rows = dict(scheduler_rows(scenario_from_dict(d, "<t>")))
+    assert list(rows) == ["scheduler (replicas 0–39)", "scheduler (replicas 40, 41)"]
+    assert index_ranges([0, 1, 2, 5, 7, 8, 9, 10]) == "0–2, 5, 7–10"
