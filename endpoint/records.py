@@ -25,7 +25,7 @@ from sim.results.metrics import slo_limits, slo_met, summarize
 
 def requests_frame(result: LoadResult, slo=None, class_names=None, class_id=None) -> pd.DataFrame:
     """One row per request, the columns of ``sim.results.metrics.requests_frame`` (unknowns:
-    replica and engine 0, no preemptions, scheduling time NaN) plus ``error``. A failed request
+    replica and engine 0, no preemptions, scheduling time and energy NaN) plus ``error``. A failed request
     is ``rejected``, its ``reject_reason`` the failure's kind (``endpoint.failures.KINDS``)."""
     recs = result.records
     n = len(recs)
@@ -63,6 +63,7 @@ def requests_frame(result: LoadResult, slo=None, class_names=None, class_id=None
         "e2e": last - arrival,
     })
     df["slo_met"] = slo_met(df, slo_limits(n, slo))
+    df["energy_j"] = np.full(n, np.nan)  # a server's energy is not measured
     df["error"] = [r.error for r in recs]
     return df.sort_values("request_id", kind="stable").reset_index(drop=True)
 
