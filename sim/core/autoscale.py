@@ -38,7 +38,7 @@ import numpy as np
 from sim.core import blocktable as bt
 from sim.core.commit import queue_len
 from sim.core.jit import jit, leaf
-from sim.core.router_signals import kv_load, outstanding
+from sim.core.router_signals import engines_at_work, kv_load, outstanding
 from sim.core.state import (
     ACTIVE,
     DRAINING,
@@ -218,13 +218,10 @@ def ready(c, r, now):
 @jit
 def again(c):
     """Whether to evaluate again: requests are still to arrive, a replica is starting, or an
-    engine is at work (or has a timer set) — a fleet idle for good is left as it is."""
+    engine is at work (``router_signals.engines_at_work``) — a fleet idle for good is left as it is."""
     if c.run_counters[RunCounter.NEXT_RID] < c.req.arrival.shape[0]:
         return True
     for r in range(c.fleet.shape[0]):
         if c.fleet[r] == PROVISIONING:
             return True
-    for e in range(c.counters.shape[0]):
-        if not c.counters[e, Counter.LISTENING] or np.isfinite(c.clocks[e, Clock.TIMER_AT]):
-            return True
-    return False
+    return engines_at_work(c)

@@ -145,6 +145,13 @@ def more_to_come(c):
         sent += c.signals[r, Signal.ROUTED_OUT]
     if np.isfinite(c.run_times[RunTime.NEXT_ARRIVAL]) or c.run_counters[RunCounter.NEXT_SEND] > sent:
         return True
+    return engines_at_work(c)
+
+
+@jit
+def engines_at_work(c):
+    """Has any engine work, a step, a wake-up, a batching timer or a KV transfer under way? (The
+    routers' refreshes and the autoscaler's ticks go on while one has.)"""
     for e in range(c.counters.shape[0]):
         s = c.counters[e]
         if (s[Counter.NRUN] or s[Counter.NREMOTE] or s[Counter.NTRANSFER] or s[Counter.WAKING]
