@@ -23,7 +23,8 @@ from pathlib import Path
 
 # The compiled core spans these folders; every file of them stamps every cached function.
 _SIM = Path(__file__).resolve().parents[1]
-CORE_FILES = frozenset(str(p) for d in ("core", "pricing", "loops") for p in (_SIM / d).glob("*.py"))
+CORE_FILES = frozenset([*(str(p) for d in ("core", "pricing", "loops") for p in (_SIM / d).glob("*.py")),
+                        str(_SIM / "scenario" / "specs" / "kv_bytes.py")])  # compiled by sim/pricing/links.py
 CORE_STAMP = hashlib.sha256(b"".join(Path(p).read_bytes() for p in sorted(CORE_FILES))
                             + os.environ.get("NUMBA_BOUNDSCHECK", "").encode()).hexdigest()
 

@@ -61,8 +61,10 @@ Signal = columns("Signal", "KV OUT ROUTED_KV ROUTED_OUT MARK_KV MARK_OUT",
 RouterTime = columns("RouterTime", "REFRESH_S DELAY_S NEXT_REFRESH",
                      "The routers' sampling: router_times[RouterTime.X]: every REFRESH_S (0: exact state), "
                      "visible DELAY_S later; when the pending refresh is (inf: none).")
-LinkCost = columns("LinkCost", "BANDWIDTH LATENCY LAYERWISE LAYERS KV_BYTES",
-                   "The disaggregation link: link_costs[LinkCost.X] (sim/pricing/links.py).")
+LinkCost = columns("LinkCost", "BANDWIDTH LATENCY LAYERWISE LAYERS FULL_BYTES WINDOW_BYTES WINDOW CHUNKED STATE_BYTES",
+                   "The disaggregation link: link_costs[LinkCost.X] (sim/pricing/links.py); what a request's KV "
+                   "cache weighs (sim/scenario/specs/models.py: kv_bytes_held): bytes per token of the full and "
+                   "of the windowed layers, the window and whether it is chunked, the per-request state.")
 RunCounter = columns("RunCounter", "SEED OUT_N LOG_N FX_N NEXT_RID NEXT_SEND USERS",
                      "Run-wide counters: run_counters[RunCounter.X]: the seed, the outbox's and effects' "
                      "lengths, the step log's rows, the next request to arrive or be sent, closed-loop users.")
@@ -219,9 +221,11 @@ def build_core(scenario, table_: RequestTable, *, step_overhead_s: float = 0.0,
     link = table(LinkCost)
     if scenario.disaggregation is not None:
         x = scenario.disaggregation.link
+        m = scenario.model_spec
+        full, windowed = m.kv_bytes_per_token_split(scenario.quantization.kv_cache)
         put(link, LinkCost, bandwidth=x.bandwidth, latency=x.latency, layerwise=x.layerwise_overlap,
-            layers=scenario.model_spec.num_layers,
-            kv_bytes=scenario.model_spec.kv_bytes_per_token(scenario.quantization.kv_cache))
+            layers=m.num_layers, full_bytes=full, window_bytes=windowed, window=m.sliding_window,
+            chunked=m.chunked, state_bytes=m.state_bytes_per_request())
     x = scenario.router
     return core_of(engines_of(scenario), table_, seed=scenario.seed, router=x.policy, balance=x.balance_abs,
                    no_match=x.no_match, refresh_s=x.refresh, delay_s=x.delay_s, add_routed=x.adds_routed,

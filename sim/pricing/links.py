@@ -11,20 +11,31 @@ Uneven micro-batches leave stages idle: the bubbles show up as longer steps.
 
 from __future__ import annotations
 
-from sim.core.jit import entry, jit
+import numpy as np
+
+from sim.core.jit import entry, jit, leaf
 from sim.core.state import Counter, LinkCost, PipeCost, Replica, Setting
+from sim.scenario.specs.kv_bytes import kv_bytes_held
+
+_kv_bytes_held = leaf(kv_bytes_held)  # the model description's own rule, compiled
 
 
 @jit
 def transfer_time(c, rid):
-    """Seconds to move a request's KV cache: bytes / bandwidth + latency. Each GPU of the
+    """Seconds to move a request's KV cache: bytes / bandwidth + latency, the bytes being what
+    the prefill engine holds (full-attention and MLA layers for every token, windowed layers for
+    their last window + a block, the linear/SSM layers' state). Each GPU of the
     prefill replica sends its shard over its own link. With layer-wise overlap the layers leave
     while later ones are still computed, so only what outlasts the prefill remains (at least
     the last layer's share)."""
     r = c.req
     link = c.link_costs
-    senders = c.settings[r.source[rid], Setting.TP]
-    wire = r.num_computed[rid] * link[LinkCost.KV_BYTES] / (link[LinkCost.BANDWIDTH] * senders)
+    e = r.source[rid]
+    senders = c.settings[e, Setting.TP]
+    nbytes = _kv_bytes_held(r.num_computed[rid], link[LinkCost.FULL_BYTES], link[LinkCost.WINDOW_BYTES],
+                            np.int64(link[LinkCost.WINDOW]), link[LinkCost.CHUNKED] != 0.0,
+                            c.settings[e, Setting.BLOCK_SIZE], link[LinkCost.STATE_BYTES])
+    wire = nbytes / (link[LinkCost.BANDWIDTH] * senders)
     if link[LinkCost.LAYERWISE] != 0.0:
         wire = max(wire - r.handoff_s[rid], wire / link[LinkCost.LAYERS])
     return wire + link[LinkCost.LATENCY]

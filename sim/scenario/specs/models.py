@@ -15,6 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from functools import cached_property
 
+from sim.scenario.specs.kv_bytes import kv_bytes_held
 from sim.scenario.specs.layers import KV_CACHED, WINDOWED, LayerGroup, LinearAttention, Mamba2, Mla
 
 # Bytes per element. fp4 is NVFP4 (4-bit values + an fp8 scale per 16), mxfp4 OCP MXFP4 (an
@@ -257,6 +258,26 @@ class ModelSpec:
             return self.kv_bytes_per_token(kv_dtype) / (min(tp, self.num_kv_heads) * pp)
         return sum(g.count * self.kv_elements_per_layer(g.attention) * b / self.kv_shards(g.attention, tp)
                    for g in self.groups if g.attention in KV_CACHED) / pp
+
+    def kv_bytes_per_token_split(self, kv_dtype: str | None = None) -> tuple[float, float]:
+        """``kv_bytes_per_token`` in two parts: the layers that keep every token (full attention,
+        MLA) and the windowed ones (sliding, chunked), which keep only their window."""
+        b = DTYPE_BYTES[kv_dtype or self.dtype]
+        windowed = float(sum(g.count * self.kv_elements_per_layer(g.attention) for g in self.groups
+                             if g.attention in WINDOWED)) * b
+        return self.kv_bytes_per_token(kv_dtype) - windowed, windowed
+
+    def kv_bytes_of_request(self, tokens: int, block_size: int, kv_dtype: str | None = None) -> float:
+        """KV bytes a request of ``tokens`` tokens holds across all layers (what a disaggregated
+        hand-off moves): see ``kv_bytes_held``."""
+        full, windowed = self.kv_bytes_per_token_split(kv_dtype)
+        return kv_bytes_held(tokens, full, windowed, self.sliding_window, self.chunked, block_size,
+                             self.state_bytes_per_request())
+
+    @property
+    def chunked(self) -> bool:
+        """Whether the windowed layers are chunked (Llama-4's local attention) rather than sliding."""
+        return any(g.attention == "chunked" for g in self.groups)
 
     @property
     def windowed_layers(self) -> int:

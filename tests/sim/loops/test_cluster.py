@@ -119,6 +119,32 @@ def test_transfer_time_scales_with_tensor_parallel_senders():
     assert wire(2) == pytest.approx(wire(1) / 2)
 
 
+@pytest.mark.parametrize("model", ["gemma-3-27b", "gpt-oss-20b", "qwen3-next-80b-a3b"])
+def test_a_hand_off_sends_what_the_prefill_engine_holds(model):
+    """Windowed layers send their last window (+ a block), linear-attention layers their state:
+    the wire carries ``kv_bytes_of_request`` (sim/scenario/specs/kv_bytes.py), not every token in
+    every layer."""
+    from sim.core.requests import RequestTable
+    from sim.core.state import build_core, core_ref
+    from sim.pricing.links import transfer_seconds
+
+    s = scenario(model=model, hardware={"gpu": "H200", "tp": 2},
+                 disaggregation={"prefill": {"count": 1}, "decode": {"count": 1}, "link": {"type": "ethernet"}},
+                 **LONE)
+    t = RequestTable(np.zeros(1), np.array([5000]), np.array([5]))
+    t.num_computed[0] = 5000
+    core = build_core(s, t)
+    t.source[0] = 0
+    m = s.model_spec
+    nbytes = m.kv_bytes_of_request(5000, 16)
+    assert transfer_seconds(core_ref(core), 0) == pytest.approx(nbytes / (2 * 12.5e9) + 30e-6, rel=1e-12)
+    full, windowed = m.kv_bytes_per_token_split()
+    if windowed:
+        assert nbytes < 5000 * (full + windowed) - 3000 * windowed  # most windowed tokens stay behind
+    else:
+        assert nbytes > 5000 * full  # the state goes too
+
+
 def test_decode_admission_waits_for_blocks():
     # A decode replica with little KV memory must queue prefilled requests until blocks free up.
     s = scenario(disaggregation={"prefill": {"count": 2},
