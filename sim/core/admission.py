@@ -89,13 +89,13 @@ def admit_waiting(c, e, token_budget, seq_budget, chunked, reserve_whole):
             if not (oversized and added == 0):
                 break  # wait for the next step's budget
         reserve = r.prompt_len[rid] + r.output_len[rid] if reserve_whole else n
-        need = kv.blocks_for(c, e, computed + reserve) - hit
-        pinned = kv.pin_cost(c, e, rid, hit) if hit else 0
+        need = kv.own_blocks(c, e, computed + reserve, hit)
+        pinned = kv.pin_cost(c, e, rid, hit, computed + reserve) if hit else 0
         if need + pinned > room:
             break
         queues.pop_front(c, e, q)
         if hit:
-            kv.acquire_prefix(c, e, rid, hit)
+            kv.acquire_prefix(c, e, rid, hit, computed + reserve)
             if r.num_generated[rid] == 0:
                 r.cached_tokens[rid] = computed
         kv.allocate(c, e, need)

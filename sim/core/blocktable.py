@@ -16,6 +16,12 @@ a radix tree evicts its leaves). The blocks of a prompt an owner holds are there
 run, found by bisection, and each held block's predecessor is held too: a node points to it, so
 a run's nodes are found from its last one.
 
+For a model with sliding-window layers, a node also counts the requests using it that still
+have it within their window (``protect`` / ``unprotect``); a used node within nobody's window is
+*loose*: the engines have freed its windowed layers' share (sim/core/kvblocks.py counts that
+share free). Its full-attention share stays, and so does its place in the table: a later prompt
+still finds it.
+
 The public functions work on a whole run of a prompt's blocks at once: each reads the table's
 arrays out of its structure once and loops over plain arrays (every read of a structure's field
 costs numba an atomic reference count, which would otherwise dominate). Each block costs O(1),
@@ -31,17 +37,19 @@ import numpy as np
 from sim.core.jit import HAVE_NUMBA, entry, jit, leaf, struct
 
 EMPTY = -1
-KEY, REFS, PREV, NEXT, SLOT, UP = range(6)  # node columns (REFS -1: a free node; NEXT also links free nodes)
-HEAD, TAIL, FREE, UNUSED, SIZE = range(5)  # owner columns (HEAD/TAIL/FREE -1: none)
+KEY, REFS, PREV, NEXT, SLOT, UP, WREFS = range(7)  # node columns (REFS -1: a free node; NEXT also links free nodes)
+HEAD, TAIL, FREE, UNUSED, SIZE, LOOSE = range(6)  # owner columns (HEAD/TAIL/FREE -1: none)
 
 
 class BlockTable(NamedTuple):
     off: np.ndarray  # i8 [T+1, 2]: owner t's nodes are off[t, 0] .. off[t+1, 0]-1, its index slots
     #                   off[t, 1] .. off[t+1, 1]-1 (a power of two of them)
-    node: np.ndarray  # i8 [N, 6]: the block's id, the requests using it, LRU neighbours, index slot,
-    #                    the node of its predecessor (-1: a prompt's first block)
-    owner: np.ndarray  # i8 [T, 5]: LRU head and tail, first free node, nodes on the LRU list
-    #                     (unused: evictable), blocks held
+    node: np.ndarray  # i8 [N, 7]: the block's id, the requests using it, LRU neighbours, index slot,
+    #                    the node of its predecessor (-1: a prompt's first block), the requests
+    #                    using it that have it within their sliding window
+    owner: np.ndarray  # i8 [T, 6]: LRU head and tail, first free node, nodes on the LRU list
+    #                     (unused: evictable), blocks held, loose blocks (used, but within nobody's
+    #                     window: their windowed layers' share is free, sim/core/kvblocks.py)
     idx: np.ndarray  # i8 [I, 2]: each slot's node (or EMPTY) and the id it names
 
 
@@ -65,11 +73,12 @@ def block_table(capacities: list[int]) -> BlockTable:
     off[1:, 0] = np.cumsum(caps)
     off[1:, 1] = np.cumsum(slots)
     n = int(off[-1, 0])
-    node = np.full((n, 6), -1, dtype=np.int64)
+    node = np.full((n, 7), -1, dtype=np.int64)
     node[:, KEY] = 0
+    node[:, WREFS] = 0
     node[:, NEXT] = np.arange(1, n + 1)
     node[off[1:, 0][caps > 0] - 1, NEXT] = -1  # each owner's free list ends at its last node
-    owner = np.zeros((len(caps), 5), dtype=np.int64)
+    owner = np.zeros((len(caps), 6), dtype=np.int64)
     owner[:, HEAD] = owner[:, TAIL] = -1
     owner[:, FREE] = np.where(caps > 0, off[:-1, 0], -1)
     return BlockTable(off, node, owner, np.full((int(off[-1, 1]), 2), EMPTY, dtype=np.int64))
@@ -80,6 +89,12 @@ def block_table(capacities: list[int]) -> BlockTable:
 def unused(bt, t):
     """Blocks owner t holds that nobody uses (reclaimable)."""
     return bt.owner[t, UNUSED]
+
+
+@leaf
+def loose(bt, t):
+    """Blocks owner t holds that requests use, but none within its sliding window."""
+    return bt.owner[t, LOOSE]
 
 
 # -- array-level steps (inlined into the loops below) -----------------------------------------
@@ -184,8 +199,11 @@ def _add(off, node, owner, idx, t, key, up, refs):
     node[n, PREV] = -1
     node[n, NEXT] = -1
     node[n, UP] = up
+    node[n, WREFS] = 0
     _place(off, node, idx, t, n)
     owner[t, SIZE] += 1
+    if refs > 0:
+        owner[t, LOOSE] += 1  # used, within nobody's window until ``protect``
     return n
 
 
@@ -250,6 +268,8 @@ def acquire(bt, t, nodes, lo, hi):
         n = nodes[i]
         if node[n, REFS] == 0:
             _unlink(node, owner, t, n)
+            if node[n, WREFS] == 0:
+                owner[t, LOOSE] += 1
         node[n, REFS] += 1
 
 
@@ -263,6 +283,47 @@ def drop(bt, t, nodes, lo, hi):
         node[n, REFS] -= 1
         if node[n, REFS] == 0:
             _append(node, owner, t, n)
+            if node[n, WREFS] == 0:
+                owner[t, LOOSE] -= 1
+
+
+@jit
+def protect(bt, t, nodes, lo, hi):
+    """One more request using each of nodes[lo:hi] has it within its sliding window."""
+    node, owner = bt.node, bt.owner
+    for i in range(lo, hi):
+        n = nodes[i]
+        if node[n, WREFS] == 0:
+            owner[t, LOOSE] -= 1
+        node[n, WREFS] += 1
+
+
+@jit
+def unprotect(bt, t, nodes, lo, hi):
+    """Each of nodes[lo:hi] (still used) has left one request's sliding window."""
+    node, owner = bt.node, bt.owner
+    for i in range(lo, hi):
+        n = nodes[i]
+        node[n, WREFS] -= 1
+        if node[n, WREFS] == 0:
+            owner[t, LOOSE] += 1
+
+
+@jit
+def loosened(bt, nodes, lo, split, hi):
+    """How many more loose blocks there would be if one more request used nodes[lo:hi] (just
+    located), with nodes[split:hi] within its window: the unused before ``split`` become loose,
+    the loose from ``split`` on stop being so."""
+    node = bt.node
+    d = 0
+    for i in range(lo, hi):
+        n = nodes[i]
+        if i < split:
+            if node[n, REFS] == 0:
+                d += 1
+        elif node[n, REFS] > 0 and node[n, WREFS] == 0:
+            d -= 1
+    return d
 
 
 @jit

@@ -42,9 +42,8 @@ def queue_len(c, e):
 @leaf
 def snapshot(c, e):
     """What the step log records of engine e as a step starts: blocks in use, cached, queue."""
-    unused = bt.unused(c.cache, e)
-    c.counters[e, Counter.USED_AT] = c.settings[e, Setting.NUM_BLOCKS] - c.counters[e, Counter.FREE] - unused
-    c.counters[e, Counter.CACHED_AT] = unused
+    c.counters[e, Counter.USED_AT] = kv.in_use(c, e)
+    c.counters[e, Counter.CACHED_AT] = bt.unused(c.cache, e)
     c.counters[e, Counter.QUEUED_AT] = queue_len(c, e)
 
 

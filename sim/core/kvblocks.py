@@ -2,13 +2,35 @@
 the real engine maps counts to physical blocks). With prefix caching, the leading full blocks
 of a prompt are shared through the engine's block table (sim/core/blocktable.py): a request
 holds them by reference, and unused ones stay cached until free blocks run out, when the
-least recently used go first (a prompt's tail before its head)."""
+least recently used go first (a prompt's tail before its head).
+
+A block is a block of tokens across all layers. Where sliding-window (or chunked) layers take
+``WINDOW_PPM`` parts per million of a block's bytes and keep at most ``WINDOW_BLOCKS`` blocks of
+a request (its window, + a block), the engines free their share of the blocks behind the window
+(vLLM V1's SlidingWindowManager; TensorRT-LLM's cyclic cache). The rules of that, in one place:
+
+- a request's own (unshared) blocks: ``own_blocks`` — the full-attention share of every block,
+  the windowed share of those within its window;
+- a cached block it shares is counted whole while some request using it has it within its
+  window; once none has (a *loose* block), its windowed share is free memory (``credit``), as the
+  engine frees that layer group's block. The block stays in the table: a later prompt still finds
+  it, and re-takes the share if the block is within its own window (``pin_cost``);
+- every request keeps its window's start (``window_from``): ``slide`` moves it as the request
+  grows, ``acquire_prefix`` / ``cache_prefix`` set it, ``drop_prefix`` lets go of it.
+
+Free memory is then ``FREE`` (cached blocks counted whole) plus the loose blocks' windowed share:
+``available`` and ``in_use`` say so, and ``allocate`` may take from that share (``FREE`` below 0).
+Without windowed layers, or without prefix caching, the share is 0 and every rule reduces to
+counting blocks.
+"""
 
 from __future__ import annotations
 
 from sim.core import blocktable as bt
 from sim.core.jit import jit, leaf
 from sim.core.state import Counter, Setting
+
+PPM = 1_000_000
 
 
 @leaf
@@ -17,31 +39,73 @@ def token_blocks(tokens, block_size):
 
 
 @leaf
-def blocks_for(c, e, tokens):
-    """Blocks a request of ``tokens`` tokens holds on engine e. A block is a block of tokens
-    across all layers; where sliding-window layers (``WINDOW_PPM`` parts per million of a
-    block's bytes) keep at most ``WINDOW_BLOCKS`` of them, as the engines free what leaves the
-    window, a long request holds that share only for its window."""
-    n = token_blocks(tokens, c.settings[e, Setting.BLOCK_SIZE])
+def own_blocks(c, e, tokens, k):
+    """Blocks of its own a request of ``tokens`` tokens holds when its first ``k`` blocks are
+    shared through the prefix cache: its other blocks, their windowed share only for those
+    within the window (the last ``WINDOW_BLOCKS`` blocks of the request)."""
+    m = token_blocks(tokens, c.settings[e, Setting.BLOCK_SIZE]) - k
     ppm = c.settings[e, Setting.WINDOW_PPM]
     w = c.settings[e, Setting.WINDOW_BLOCKS]
-    if ppm == 0 or n <= w:
-        return n
-    return -(-((1_000_000 - ppm) * n + ppm * w) // 1_000_000)
+    if ppm == 0 or m <= w:
+        return m
+    return -(-((PPM - ppm) * m + ppm * w) // PPM)
+
+
+@leaf
+def blocks_for(c, e, tokens):
+    """Blocks a request of ``tokens`` tokens holds on engine e, sharing none."""
+    return own_blocks(c, e, tokens, 0)
+
+
+@leaf
+def short(c, e, rid, tokens):
+    """Blocks ``rid`` still needs to hold ``tokens`` tokens (0 or less: it holds enough)."""
+    k = c.req.cache_blocks[rid]
+    return k + own_blocks(c, e, tokens, k) - c.req.num_blocks[rid]
+
+
+@leaf
+def windowed_cache(c, e):
+    """Whether engine e shares cached blocks of a model with windowed layers."""
+    return c.settings[e, Setting.PREFIX] != 0 and c.settings[e, Setting.WINDOW_PPM] != 0
+
+
+@leaf
+def window_start(c, e, tokens):
+    """The first block within the window of a request of ``tokens`` tokens."""
+    return max(token_blocks(tokens, c.settings[e, Setting.BLOCK_SIZE]) - c.settings[e, Setting.WINDOW_BLOCKS], 0)
+
+
+@leaf
+def _credit_of(ppm, loose):
+    return ppm * loose // PPM
+
+
+@leaf
+def credit(c, e):
+    """Whole blocks' worth of memory the loose cached blocks' windowed share leaves free."""
+    return _credit_of(c.settings[e, Setting.WINDOW_PPM], bt.loose(c.cache, e))
 
 
 @leaf
 def available(c, e):
     """Blocks free, or cached but unused (reclaimable)."""
-    return c.counters[e, Counter.FREE] + bt.unused(c.cache, e)
+    return c.counters[e, Counter.FREE] + bt.unused(c.cache, e) + credit(c, e)
+
+
+@leaf
+def in_use(c, e):
+    """Blocks the requests hold (cached blocks they share counted once)."""
+    return c.settings[e, Setting.NUM_BLOCKS] - available(c, e)
 
 
 @jit
 def allocate(c, e, n):
-    short = n - c.counters[e, Counter.FREE]
-    if short > 0:
-        c.counters[e, Counter.FREE] += bt.evict(c.cache, e, short)
-    if n > c.counters[e, Counter.FREE]:
+    free = c.counters[e, Counter.FREE] + credit(c, e)
+    if n > free:
+        c.counters[e, Counter.FREE] += bt.evict(c.cache, e, n - free)
+        free = c.counters[e, Counter.FREE] + credit(c, e)
+    if n > 0 and n > free:
         raise RuntimeError("allocating more KV blocks than are free")
     c.counters[e, Counter.FREE] -= n
 
@@ -58,7 +122,10 @@ def _ids(c, rid):
 
 @jit
 def prefix_hit(c, e, rid):
-    """Leading cached blocks a request can reuse (leaving at least one token to compute)."""
+    """Leading cached blocks a request can reuse (leaving at least one token to compute). Every
+    cached block keeps its full-attention share and, loose or not, its place in the table, so
+    the windowed layers find the window before the hit too: the hit every group agrees on is
+    the full-attention layers'."""
     if not c.settings[e, Setting.PREFIX]:
         return 0
     lo, hi = _ids(c, rid)
@@ -67,24 +134,66 @@ def prefix_hit(c, e, rid):
 
 
 @jit
-def pin_cost(c, e, rid, k):
-    """Blocks that taking its first ``k`` cached blocks would take out of the reclaimable ones.
-    Notes each block's node for ``acquire_prefix``."""
+def pin_cost(c, e, rid, k, tokens):
+    """Blocks that taking its first ``k`` cached blocks, as a request of ``tokens`` tokens, would
+    take out of the available ones: the unused ones, less the windowed share of those behind its
+    window (they become loose), plus the windowed share of the loose ones within it. Notes each
+    block's node for ``acquire_prefix``."""
     lo, _ = _ids(c, rid)
-    return bt.locate(c.cache, e, c.req.prefix_ids, c.req.prefix_nodes, lo, lo + k)
+    taken = bt.locate(c.cache, e, c.req.prefix_ids, c.req.prefix_nodes, lo, lo + k)
+    if not windowed_cache(c, e):
+        return taken
+    split = lo + min(window_start(c, e, tokens), k)
+    d = bt.loosened(c.cache, c.req.prefix_nodes, lo, split, lo + k)
+    ppm, loose = c.settings[e, Setting.WINDOW_PPM], bt.loose(c.cache, e)
+    return taken - (_credit_of(ppm, loose + d) - _credit_of(ppm, loose))
 
 
 @jit
-def acquire_prefix(c, e, rid, k):
-    """Hold the first ``k`` cached blocks, at the nodes ``pin_cost`` just noted."""
+def acquire_prefix(c, e, rid, k, tokens):
+    """Hold the first ``k`` cached blocks, at the nodes ``pin_cost`` just noted, as a request of
+    ``tokens`` tokens (those within its window, with their windowed share)."""
     lo, _ = _ids(c, rid)
     bt.acquire(c.cache, e, c.req.prefix_nodes, lo, lo + k)
+    if windowed_cache(c, e):
+        start = window_start(c, e, tokens)
+        c.req.window_from[rid] = start
+        if start < k:
+            bt.protect(c.cache, e, c.req.prefix_nodes, lo + start, lo + k)
+
+
+@jit
+def slide(c, e, rid, tokens):
+    """``rid`` now holds ``tokens`` tokens: the cached blocks its window has left are no longer
+    within it (they may become loose)."""
+    if not windowed_cache(c, e):
+        return
+    r = c.req
+    k = r.cache_blocks[rid]
+    old = r.window_from[rid]
+    new = window_start(c, e, tokens)
+    if k == 0 or new <= old:
+        return
+    if old < k:
+        lo, _ = _ids(c, rid)
+        bt.unprotect(c.cache, e, r.prefix_nodes, lo + old, lo + min(new, k))
+    r.window_from[rid] = new
+
+
+@jit
+def take(c, e, rid, n, tokens):
+    """``rid`` takes ``n`` more blocks (allocated) to hold ``tokens`` tokens; its window moves."""
+    c.req.num_blocks[rid] += n
+    slide(c, e, rid, tokens)
 
 
 @jit
 def drop_prefix(c, e, rid, k):
-    """Let go of the first ``k`` blocks (last first, see sim/core/blocktable.py)."""
+    """Let go of the first ``k`` blocks (last first, see sim/core/blocktable.py), and of the
+    window within them."""
     lo, _ = _ids(c, rid)
+    if windowed_cache(c, e) and c.req.window_from[rid] < k:
+        bt.unprotect(c.cache, e, c.req.prefix_nodes, lo + c.req.window_from[rid], lo + k)
     bt.drop(c.cache, e, c.req.prefix_nodes, lo, lo + k)
 
 
@@ -107,17 +216,43 @@ def free_blocks(c, e, rid):
     c.req.num_blocks[rid] = 0
 
 
+@leaf
+def swap_size(c, e, rid):
+    """Blocks ``rid``'s KV cache takes once it holds all of it itself (swapped to host memory):
+    what it holds, or, sharing cached blocks of a windowed model, its computed tokens' blocks."""
+    r = c.req
+    if r.cache_blocks[rid] and windowed_cache(c, e):
+        return min(r.num_blocks[rid], blocks_for(c, e, r.num_computed[rid]))
+    return r.num_blocks[rid]
+
+
 @jit
 def cache_prefix(c, e, rid):
     """A request that just finished its prompt shares its full prompt blocks from now on, unless
-    someone else cached the first of them meanwhile (its copies then stay private)."""
+    someone else cached the first of them meanwhile (its copies then stay private). With
+    windowed layers those behind its window are loose at once, and its own blocks are counted
+    anew (the memory it frees or takes goes to or from ``FREE``)."""
     r = c.req
     lo, hi = _ids(c, rid)
     start = r.cache_blocks[rid]
     full = min(r.num_computed[rid] // c.settings[e, Setting.BLOCK_SIZE], hi - lo)
     if start >= full or bt.find(c.cache, e, r.prefix_ids[lo + start]) >= 0:
         return
+    windowed = windowed_cache(c, e)
+    tokens = r.num_computed[rid]
+    if windowed and start:
+        slide(c, e, rid, tokens)  # over the blocks it shares already
     # The cache is prefix-closed and holds none past this block: the rest are new too.
     up = r.prefix_nodes[lo + start - 1] if start else -1
     bt.add_run(c.cache, e, r.prefix_ids, r.prefix_nodes, lo + start, lo + full, up)
     r.cache_blocks[rid] = full
+    if not windowed:
+        return
+    if start == 0:
+        r.window_from[rid] = window_start(c, e, tokens)
+    first = max(r.window_from[rid], start)
+    if first < full:
+        bt.protect(c.cache, e, r.prefix_nodes, lo + first, lo + full)
+    held = full + own_blocks(c, e, tokens, full)
+    release(c, e, r.num_blocks[rid] - held)
+    r.num_blocks[rid] = held

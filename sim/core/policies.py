@@ -90,11 +90,11 @@ def chunked(c, e):
             if budget <= 0:
                 break
             n = min(rest, budget)
-            need = kv.blocks_for(c, e, done + n) - r.num_blocks[rid]
+            need = kv.short(c, e, rid, done + n)
             if need > kv.available(c, e):
                 break
             kv.allocate(c, e, need)
-            r.num_blocks[rid] += need
+            kv.take(c, e, rid, need, done + n)
             add_row(c, e, rid, n)
             budget -= n
     seats = free_seats(c, e)

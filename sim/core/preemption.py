@@ -12,10 +12,10 @@ from sim.core.state import Counter, Setting
 
 
 @leaf
-def _short(c, e, tokens, blocks, bs):
-    """The blocks missing for ``tokens`` tokens when ``blocks`` are held (most steps: none, found
-    without dividing)."""
-    return max(kv.blocks_for(c, e, tokens) - blocks, 0) if tokens > blocks * bs else 0
+def _short(c, e, rid, tokens, blocks, bs):
+    """The blocks ``rid`` misses for ``tokens`` tokens when ``blocks`` are held (most steps: none,
+    found without dividing)."""
+    return max(kv.short(c, e, rid, tokens), 0) if tokens > blocks * bs else 0
 
 
 @jit
@@ -29,8 +29,8 @@ def grow(c, e, first):
     while True:
         total = 0
         for i in range(first, c.counters[e, Counter.PN]):
-            total += _short(c, e, num_computed[ids[i]] + new[i] + ahead, num_blocks[ids[i]], bs)
-        if total <= kv.available(c, e) or c.counters[e, Counter.NRUN] == 0:
+            total += _short(c, e, ids[i], num_computed[ids[i]] + new[i] + ahead, num_blocks[ids[i]], bs)
+        if total == 0 or total <= kv.available(c, e) or c.counters[e, Counter.NRUN] == 0:
             break
         victim = c.running[e, c.counters[e, Counter.NRUN] - 1]
         preempt(c, e, victim)
@@ -43,9 +43,11 @@ def grow(c, e, first):
         c.counters[e, Counter.PN] = k
     if total:
         kv.allocate(c, e, total)
+    if total or kv.windowed_cache(c, e):  # (windows move even when no block is needed)
         for i in range(first, c.counters[e, Counter.PN]):
             rid = ids[i]
-            num_blocks[rid] += _short(c, e, num_computed[rid] + new[i] + ahead, num_blocks[rid], bs)
+            tokens = num_computed[rid] + new[i] + ahead
+            kv.take(c, e, rid, _short(c, e, rid, tokens, num_blocks[rid], bs) if total else 0, tokens)
 
 
 @jit
@@ -68,7 +70,7 @@ def preempt(c, e, rid):
     c.counters[e, Counter.PREEMPTED] = 1
     r.preemptions[rid] += 1
     r.status[rid] = WAITING
-    n = r.num_blocks[rid]
+    n = kv.swap_size(c, e, rid)
     if c.settings[e, Setting.SWAP] and n <= c.counters[e, Counter.HOST_FREE]:
         kv.drop_cache_refs(c, e, rid)  # shared blocks stay cached; its own blocks go to host memory
         kv.release(c, e, r.num_blocks[rid])

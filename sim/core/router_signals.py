@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.core import blocktable as bt
 from sim.core.commit import queue_len
 from sim.core.jit import jit, leaf
 from sim.core.kvblocks import blocks_for
+from sim.core.kvblocks import in_use as kv_in_use
 from sim.core.state import (
     FRONT,
     Clock,
@@ -63,8 +63,7 @@ def kv_load(c, r):
     k = c.replicas[r, Replica.COUNT]
     total = 0.0
     for e in range(first, first + k):
-        used = (c.settings[e, Setting.NUM_BLOCKS] - c.counters[e, Counter.FREE] - bt.unused(c.cache, e)
-                + c.counters[e, Counter.QUEUED_BLOCKS])
+        used = kv_in_use(c, e) + c.counters[e, Counter.QUEUED_BLOCKS]
         total += used / max(c.settings[e, Setting.NUM_BLOCKS], 1)
     return total / k
 

@@ -22,7 +22,7 @@ class MemoryBudget:
     block_size: int
     fixed_blocks: int | None = None  # set by hand (hardware.kv_blocks), e.g. to match an engine
     state_bytes: float = 0.0  # linear-attention / SSM state held for max_num_seqs requests, per GPU
-    notes: tuple[str, ...] = ()  # where the budget knowingly over-counts (sliding windows)
+    notes: tuple[str, ...] = ()  # where the counting knowingly departs from the engines (sliding windows)
     window_blocks: int = 0  # the most blocks a sliding-window layer keeps per request (0: no cap)
     window_ppm: int = 0  # parts per million of a block's bytes in sliding-window layers
 
@@ -67,8 +67,9 @@ def memory_budget(model: ModelSpec, gpu: GpuSpec, *, tp: int = 1, pp: int = 1,
     mamba cache) and taken from the KV memory. ``draft_weight_bytes``: an MTP or EAGLE head's
     own weights (it shares the target's embedding and LM head). With expert parallelism the experts, not their
     columns, are split over TP. Sliding-window layers keep at most their window (+ a block) of a
-    request's tokens (``window_blocks``, ``window_ppm``; see sim/core/kvblocks.blocks_for), except
-    with prefix caching, where every token is counted in them (said in ``notes``).
+    request's tokens (``window_blocks``, ``window_ppm``; see sim/core/kvblocks.py), with prefix
+    caching too: a cached block's windowed share is freed once every request using it has left
+    it behind (what remains approximate is said in ``notes``).
     (Either way an MoE layer's weights divide evenly, so the per-GPU share is the same.)
     """
     weights = (model.weight_bytes(weight_dtype) + draft_weight_bytes) / (tp * pp)
@@ -89,17 +90,16 @@ def memory_budget(model: ModelSpec, gpu: GpuSpec, *, tp: int = 1, pp: int = 1,
         block_size=block_size,
         fixed_blocks=fixed_blocks,
         state_bytes=state,
-        notes=window_notes(model, block_size) if prefix_caching else (),
-        **window_cap(model, block_size, kv_dtype, tp, pp, prefix_caching),
+        notes=window_notes(model) if prefix_caching else (),
+        **window_cap(model, block_size, kv_dtype, tp, pp),
     )
 
 
-def window_cap(model: ModelSpec, block_size: int, kv_dtype: str | None, tp: int, pp: int,
-               prefix_caching: bool) -> dict[str, int]:
+def window_cap(model: ModelSpec, block_size: int, kv_dtype: str | None, tp: int, pp: int) -> dict[str, int]:
     """How the core caps a request's blocks in sliding-window (and chunked) layers: their share
     of a block's bytes, in parts per million, and the most blocks of tokens they keep
-    (``ceil(W / block) + 1``). None with prefix caching, whose shared blocks span every layer."""
-    if prefix_caching or not model.windowed_layers or model.sliding_window >= model.max_model_len:
+    (``ceil(W / block) + 1``)."""
+    if not model.windowed_layers or model.sliding_window >= model.max_model_len:
         return {}
     b = DTYPE_BYTES[kv_dtype or model.dtype]
     windowed = sum(g.count * model.kv_elements_per_layer(g.attention) * b / model.kv_shards(g.attention, tp)
@@ -109,14 +109,16 @@ def window_cap(model: ModelSpec, block_size: int, kv_dtype: str | None, tp: int,
             "window_ppm": min(1_000_000, round(share * 1_000_000))}
 
 
-def window_notes(model: ModelSpec, block_size: int) -> tuple[str, ...]:
-    """The sliding-window over-count with prefix caching, said out loud: cached blocks are
-    shared across all layers, so a windowed layer is charged for every token of a request
-    although the engines keep at most its window (+ a block) of them."""
+def window_notes(model: ModelSpec) -> tuple[str, ...]:
+    """What remains approximate of windowed layers with prefix caching, said out loud: a cached
+    block every request using it has left behind has its windowed share counted free at once
+    (the engines free that layer group's block), yet later prompts still find that share until
+    the block itself is evicted, while the engines may hand it out sooner (which ends such a hit
+    at the freed block)."""
     if not model.windowed_layers or model.sliding_window >= model.max_model_len:
         return ()
-    kind = "chunked" if any(g.attention == "chunked" for g in model.groups) else "sliding-window"
-    return (f"{model.name}: its {model.windowed_layers} {kind} layers hold at most {model.sliding_window} + "
-            f"{block_size} tokens per request in the engines, but with prefix caching the KV budget counts "
-            "every token of a request in them: KV memory is over-counted for requests longer than the window "
-            "(capacity and preemption are pessimistic there)",)
+    kind = "chunked" if model.chunked else "sliding-window"
+    return (f"{model.name}: with prefix caching, a cached block that every request using it has left behind "
+            f"has its {model.windowed_layers} {kind} layers' share counted free at once, as the engines free it, "
+            "but later prompts still find that share until the block itself is evicted; the engines may reuse it "
+            "sooner, so under memory pressure a prefix hit can be longer here than in the engine",)

@@ -83,6 +83,17 @@ CASES = {
                                     "scheduler__preemption": "swap", "hardware__kv_blocks": 700,
                                     "workload__prompt_len": {"dist": "uniform", "min": 100, "max": 3000},
                                     **PRESSURE},
+    # With prefix caching too: a shared block's windowed share is freed once every window has left it.
+    "prefix-caching-sliding-window": {"model": "gemma-3-27b", "hardware__kv_blocks": 900,
+                                      "scheduler__prefix_caching": True,
+                                      "workload__shared_prefix": {"num_prompts": 3, "length": 1500},
+                                      "workload__prompt_len": {"dist": "uniform", "min": 10, "max": 2500},
+                                      **PRESSURE},
+    "prefix-caching-sliding-window-chunked-swap": {
+        "model": "gpt-oss-120b", "scheduler__policy": "chunked-prefill", "scheduler__preemption": "swap",
+        "scheduler__prefix_caching": True, "hardware__kv_blocks": 700,
+        "workload__shared_prefix": {"num_prompts": 3, "length": 400},
+        "workload__prompt_len": {"dist": "uniform", "min": 100, "max": 3000}, **PRESSURE},
     "kv-capacity": {"hardware__kv_blocks": 30, "workload__prompt_len": {"dist": "uniform", "min": 16, "max": 900}},
     "too-long": {"workload__prompt_len": {"dist": "uniform", "min": 4000, "max": 9000},
                  "workload__num_requests": 40},
@@ -113,6 +124,12 @@ FEATURES = {
                                                                    "expert_parallel": True}},
     "disaggregated": {"disaggregation": {"prefill": {"count": 2}, "decode": {
         "count": 1, "hardware": {"memory_utilization": 0.235}}, "link": {"layerwise_overlap": True}}, **PRESSURE},
+    # The hand-off sends a windowed model's last window, not every token (gpt-oss: W = 128); the
+    # prefill replicas share cached prompts, and let go of them (and their windows) once sent.
+    "disaggregated-sliding-window": {"model": "gpt-oss-20b", "hardware": {"gpu": "H100-SXM"}, "disaggregation": {
+        "prefill": {"count": 2}, "decode": {"count": 1, "hardware": {"kv_blocks": 2500}}},
+        "scheduler__prefix_caching": True, "workload__shared_prefix": {"num_prompts": 2, "length": 600},
+        "workload__prompt_len": {"dist": "uniform", "min": 100, "max": 3000}, **PRESSURE},
     "power-of-two": {"replicas": 4, "router": {"policy": "power-of-two"}, **BURSTY},
     "prefix-affinity": {"replicas": 3, "router": {"policy": "prefix-affinity", "balance_abs": 2},
                         "scheduler__prefix_caching": True, **SHARED, **BURSTY},
@@ -310,6 +327,10 @@ def scenarios(draw, profiles):
     cost = draw(st.sampled_from(["roofline", "roofline", "ops", "step"]))
     if cost != "roofline" and layout in ("replicas", "disaggregated"):  # the profiles are tp=1
         f["cost"] = {"model": "profile", "profile": profiles[cost]}
+    if layout in ("replicas", "disaggregated") and "cost" not in f and draw(st.integers(0, 3)) == 0:
+        f["model"] = "gpt-oss-20b"  # windowed layers (W = 128): the cap, loose cached blocks, the hand-off
+        f.pop("hardware__memory_utilization")
+        f["hardware__kv_blocks"] = draw(st.sampled_from([400, 3000]))
     if arrival != "closed" and draw(st.integers(0, 3)) == 0:  # traffic classes with priorities
         base = {k.removeprefix("workload__"): f.pop(k) for k in list(f) if k.startswith("workload__")}
         base.pop("num_requests")
