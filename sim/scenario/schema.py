@@ -501,8 +501,8 @@ class Scenario(Strict):
 
     @cached_property
     def model_notes(self) -> list[str]:
-        """What the model's description leaves out or over-counts (a vision tower not modelled,
-        sliding-window layers' KV counted for every token), for the run's warnings."""
+        """What the model's description leaves out or approximates (a vision tower not modelled,
+        a freed sliding-window share still found by prefix caching), for the run's warnings."""
         notes = [f"{self.model_spec.name}: {n}" for n in self.model_spec.notes]
         for r in self.replica_specs:
             notes += [n for n in r.memory.notes if n not in notes]
