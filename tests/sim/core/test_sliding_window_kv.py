@@ -148,3 +148,26 @@ def test_two_requests_sharing_a_prompt_hold_its_windowed_share_while_either_wind
     cache = engine.core.cache
     assert engine.core.counters[0, Counter.FREE] + cache.owner[0, 3] == 200  # every block free or cached
     assert cache.owner[0, 5] == 0 and (cache.node[:, 6] == 0).all()  # nothing loose, no window held
+
+
+def test_under_pressure_preempted_requests_let_go_of_their_windows():
+    """Four requests sharing a 10-block prompt in 26 blocks: the newest are preempted (and
+    recomputed) as the others grow; every step stays within memory, everyone finishes, and then
+    every block is free or cached, none loose, no window held."""
+    t = RequestTable(np.zeros(4), np.full(4, 161), np.full(4, 150))
+    t.set_prefix_ids([0, 10, 20, 30, 40], list(range(10)) * 4)
+    engine = _windowed_engine(t, 26)
+    engine.add(0)
+    steps = 0
+    while engine.schedule() is not None:
+        engine.commit()
+        steps += 1
+        if steps == 2:  # the prompt is cached: the others find it
+            for rid in (1, 2, 3):
+                engine.add(rid)
+        assert engine.core.counters[0, Counter.USED_AT] <= 26
+    assert (t.status == 3).all() and t.preemptions.sum() > 0
+    assert (t.cached_tokens[1:] == 160).all()
+    cache = engine.core.cache
+    assert engine.core.counters[0, Counter.FREE] + cache.owner[0, 3] == 26
+    assert cache.owner[0, 5] == 0 and (cache.node[:, 6] == 0).all()
