@@ -327,7 +327,7 @@ def scenarios(draw, profiles):
     cost = draw(st.sampled_from(["roofline", "roofline", "ops", "step"]))
     if cost != "roofline" and layout in ("replicas", "disaggregated"):  # the profiles are tp=1
         f["cost"] = {"model": "profile", "profile": profiles[cost]}
-    if layout in ("replicas", "disaggregated") and "cost" not in f and draw(st.integers(0, 3)) == 0:
+    if layout in ("replicas", "disaggregated") and "cost" not in f and draw(st.booleans()):
         f["model"] = "gpt-oss-20b"  # windowed layers (W = 128): the cap, loose cached blocks, the hand-off
         f.pop("hardware__memory_utilization")
         f["hardware__kv_blocks"] = draw(st.sampled_from([400, 3000]))
