@@ -147,3 +147,24 @@ def test_the_setup_row_shows_the_acceptance_and_the_tokens_per_verify_step():
     one = _load("{draft_model: tiny-llama-12m, num_tokens: 4, acceptance_rate: 0.7}", ["model=llama-3-8b"])
     assert "(tiny-llama-12m drafts 4, acceptance 0.7, 2.77 tokens per verify step)" in scheduler_text(one.scheduler)
 
+
+def _replica_rate(spec: str | None, *sets: str) -> float:
+    from sim.pricing import make_cost_model
+    from sim.pricing.capacity import replica_rate
+
+    s = _load(spec, ["model=llama-3-8b", *sets])
+    return replica_rate(s, make_cost_model(s), 600, 200)
+
+
+def test_the_capacity_model_counts_the_tokens_a_verify_step_yields():
+    """The SLA planner's replica rate: k + 1 tokens verified per decode row, L kept on average."""
+    tight = "slo.tpot_s=0.012"
+    plain = _replica_rate(None, tight)
+    kept = _replica_rate("{method: ngram, acceptance_rates: [0.9, 0.8, 0.7]}", tight)
+    wasted = _replica_rate("{method: ngram, acceptance_rates: [0.0, 0.0, 0.0]}", tight)
+    assert wasted < plain < kept  # verifying costs; only accepted drafts pay it back
+    # only the expected tokens per verify step count: a vector and the one rate of its mean agree
+    mean = expected_tokens([0.9, 0.8, 0.7])
+    same = _replica_rate(f"{{method: ngram, num_tokens: 3, mean_acceptance_length: {mean!r}}}", tight)
+    assert same == pytest.approx(kept, rel=1e-9)
+
