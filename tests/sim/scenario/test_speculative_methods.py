@@ -168,3 +168,31 @@ def test_the_capacity_model_counts_the_tokens_a_verify_step_yields():
     same = _replica_rate(f"{{method: ngram, num_tokens: 3, mean_acceptance_length: {mean!r}}}", tight)
     assert same == pytest.approx(kept, rel=1e-9)
 
+
+def test_verification_prices_k_plus_one_tokens_per_decode_row():
+    """As the engines batch it: each decode row runs its token and its k drafts through the
+    target, which samples (LM head) at all k + 1 positions."""
+    import numpy as np
+
+    from sim.core.plan import SHAPE_FIELDS, SHAPE_SIZE, _shape_of
+
+    rows, k = 8, 4
+    out = np.zeros(SHAPE_SIZE)
+    _shape_of(out, np.ones(rows, np.int64), np.full(rows, 1000, np.int64), np.ones(rows, np.bool_), rows, k, 0, 16)
+    shape = dict(zip(SHAPE_FIELDS, out, strict=True))
+    assert shape["num_tokens"] == rows * (k + 1) and shape["verify_tokens"] == rows * k
+    assert shape["decode_seqs"] == rows and shape["num_sampled"] == rows
+    cost = roofline_for(_load("{method: ngram, num_tokens: 4}", ["model=llama-3-8b"]))
+    spec = cost.op_times(StepShape(**shape))
+    wide = cost.op_times(StepShape(rows * (k + 1), rows * (k + 1), 0, 0, rows * (k + 1), 0, rows * (k + 1)))
+    for op in ("qkv_proj", "mlp", "lm_head"):
+        assert spec[op] == pytest.approx(wide[op])  # the GEMMs and the LM head see (k + 1) tokens a row
+
+
+@pytest.mark.parametrize("spec", ["{method: eagle, num_tokens: 2}", "{draft_model: tiny-llama-12m, num_tokens: 2}"])
+def test_the_drafter_prefills_the_prompts_too(spec):
+    """A step of prompts only still runs the drafter over them (its own KV cache); n-gram lookup
+    has none."""
+    prompt = StepShape(2000, 1, 2000, 2000 * 2001 / 2, 0, 0, 1)
+    assert roofline_for(_load(spec, ["model=llama-3-8b"])).op_times(prompt).get("draft", 0.0) > 0
+    assert roofline_for(_load("{method: ngram}", ["model=llama-3-8b"])).op_times(prompt).get("draft", 0.0) == 0
