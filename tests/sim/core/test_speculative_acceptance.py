@@ -1,7 +1,8 @@
 """Speculative decoding in the core. Acceptance per draft position (sim/core/rng.py:
 accepted_drafts): one uniform draw per decode row, keyed by (seed, request, tokens generated),
 compared with P(at least j drafts accepted) = p1·…·pj. Equal rates reproduce the former
-geometric draw exactly; the simulated mean tokens per verify step is the vector's expectation."""
+geometric draw exactly; the simulated mean tokens per verify step is the vector's expectation.
+Chunked prefill charges the drafts to the step's token budget."""
 
 from __future__ import annotations
 
@@ -83,3 +84,17 @@ def test_k_equal_rates_run_exactly_as_one_rate():
     for a, b in ((one.requests, each.requests), (one.steps, each.steps)):
         assert a.equals(b)
 
+
+def test_chunked_prefill_charges_each_decode_row_its_drafts():
+    """As vLLM schedules it: a running request's token and its k drafts come out of the step's
+    token budget, and prompt chunks get what is left."""
+    k, chunk = 4, 256
+    r = simulate(scenario(scheduler__policy="chunked-prefill", scheduler__chunk_size=chunk,
+                          scheduler__speculative={"method": "ngram", "num_tokens": k, "acceptance_rate": 0.5},
+                          workload__num_requests=80, workload__arrival={"process": "poisson", "rate": 40},
+                          workload__prompt_len={"dist": "fixed", "value": 900},
+                          workload__output_len={"dist": "fixed", "value": 150}))
+    steps = r.steps
+    prefill = steps["prefill_tokens"]
+    assert (prefill + steps["decode_seqs"] * (1 + k) <= chunk)[prefill > 0].all()
+    assert (prefill + steps["decode_seqs"] * (1 + k) == chunk).sum() > 10  # the budget binds
