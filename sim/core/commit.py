@@ -25,7 +25,6 @@ from sim.core.state import (
     STATIC,
     Clock,
     Counter,
-    FloatSetting,
     LogColumn,
     RunCounter,
     Setting,
@@ -121,7 +120,7 @@ def commit(c, e, now, stopped, use_stopped):
         if spec_k:  # a decode keeps its accepted drafts plus one token of the target's own
             if is_decode(new[i], comp[i]):
                 gained = 1 + accepted_drafts(c.run_counters[RunCounter.SEED], rid, num_generated[rid], spec_k,
-                                             c.float_settings[e, FloatSetting.SPEC_ALPHA])
+                                             c.spec_survival[e])
             gained = min(gained, output_len[rid] - num_generated[rid])
             num_computed[rid] += gained - 1  # the kept drafts' KV entries are valid
         num_generated[rid] += gained

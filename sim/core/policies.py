@@ -6,8 +6,9 @@
   running request is preempted. With multi-step scheduling (``num_scheduler_steps`` k > 1,
   vLLM 0.6) decodes run in rounds of k steps and requests are admitted between rounds.
 - **chunked-prefill** (Sarathi-Serve, Dynamic SplitFuse): each step has a token budget;
-  running decodes go first, one token each, then chunks of prompts part-way through, then new
-  requests from the queue. Long prompts no longer stall everybody's decodes.
+  running decodes go first, one token each (and k with speculative decoding: the drafts they
+  verify), then chunks of prompts part-way through, then new requests from the queue. Long
+  prompts no longer stall everybody's decodes.
 - **static**: gather up to N requests (or wait at most a timeout), then run the batch until
   its longest member finishes; nobody joins mid-batch, and KV memory for every member's whole
   prompt + output is reserved up front, as engines without paging do.
@@ -79,7 +80,9 @@ def chunked(c, e):
         else:
             prefilling = True
     grow(c, e, 0)
-    budget -= c.counters[e, Counter.PN]
+    # each decode row takes its token and its speculative drafts from the budget (vLLM counts
+    # num_tokens_with_spec - num_computed_tokens per running request)
+    budget -= c.counters[e, Counter.PN] * (1 + c.settings[e, Setting.SPEC_K])
     if prefilling:  # then prompts part-way through, oldest first
         for i in range(c.counters[e, Counter.NRUN]):
             rid = c.running[e, i]

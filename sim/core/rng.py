@@ -37,15 +37,15 @@ def uniform(seed, stream, a, b):
 
 
 @jit
-def accepted_drafts(seed, rid, generated, k, alpha):
-    """Speculative decoding: how many of ``k`` drafts the target accepts, each with
-    probability ``alpha`` until the first rejection (a geometric draw, capped at k)."""
-    if alpha <= 0.0 or k == 0:
+def accepted_drafts(seed, rid, generated, k, survival):
+    """Speculative decoding: how many of ``k`` drafts the target accepts, up to the first
+    rejection. ``survival[j - 1]``: the probability that at least j are (p1·…·pj, for the
+    per-position rates p); one uniform draw u accepts the j with u < survival[j - 1]. With every
+    p_i = a this is the geometric draw P(accept ≥ j) = a^j, capped at k."""
+    if k == 0 or survival[0] <= 0.0:
         return 0
     u = uniform(seed, SPECULATIVE, rid, generated)
     n = 0
-    p = alpha
-    while n < k and u < p:  # P(accept ≥ j) = alpha^j
+    while n < k and u < survival[n]:
         n += 1
-        p *= alpha
     return n

@@ -35,7 +35,7 @@ Setting = columns("Setting", """POLICY NUM_BLOCKS BLOCK_SIZE MAX_SEQS MAX_BATCHE
     SWAP PREFIX SPEC_K ROLE REPLICA MAX_LEN TP MULTI_STEP WINDOW_BLOCKS WINDOW_PPM""",
                   "An engine's settings: settings[e, Setting.X] (int64). WINDOW_*: sliding-window layers' cap "
                   "(sim/core/kvblocks.blocks_for).")
-FloatSetting = columns("FloatSetting", "BATCH_TIMEOUT SPEC_ALPHA",
+FloatSetting = columns("FloatSetting", "BATCH_TIMEOUT",
                        "An engine's float settings: float_settings[e, FloatSetting.X].")
 Counter = columns("Counter", """FREE HOST_FREE NRUN NWAIT NSWAP NREMOTE NTRANSFER PREEMPTED PN SWAP_IN SWAP_OUT
     BATCH_N USED_AT CACHED_AT QUEUED_AT QUEUED_BLOCKS ROUND LISTENING WAKING""",
@@ -108,6 +108,7 @@ class Core(NamedTuple):
     req: Requests
     settings: np.ndarray  # [E, Setting]
     float_settings: np.ndarray  # [E, FloatSetting]
+    spec_survival: np.ndarray  # [E, max k] speculative decoding: P(at least j + 1 drafts accepted)
     counters: np.ndarray  # [E, Counter]
     clocks: np.ndarray  # [E, Clock]
     qhead: np.ndarray  # [E, levels + 2]: waiting (by level), then swapped, then remote queues
@@ -280,11 +281,15 @@ def core_of(engines: list[EngineSpec], requests: RequestTable, *, seed: int = 0,
             spec_k=s.speculative.num_tokens if s.speculative else 0, role=ROLES[x.role], replica=x.replica,
             max_len=x.max_model_len, tp=x.tp, multi_step=s.num_scheduler_steps, window_blocks=x.window_blocks,
             window_ppm=x.window_ppm)
-        put(float_settings[e], FloatSetting, batch_timeout=s.batch_timeout_s,
-            spec_alpha=s.speculative.acceptance_rate if s.speculative else 0.0)
+        put(float_settings[e], FloatSetting, batch_timeout=s.batch_timeout_s)
         counters[e, Counter.FREE] = x.num_blocks
         counters[e, Counter.HOST_FREE] = x.host_blocks
     seats = int(max(max(x.scheduler.max_num_seqs, x.scheduler.batch_size) for x in engines))
+    spec_survival = np.zeros((E, int(max(1, settings[:, Setting.SPEC_K].max()))))
+    for e, x in enumerate(engines):
+        if x.scheduler.speculative:
+            surv = x.scheduler.speculative.survival
+            spec_survival[e, :len(surv)] = surv
     kind = ROUTERS[router]
     routers = table(Routing, 2, ints)
     front = [r for r in range(R) if replicas[r, Replica.ROLE] != DECODE]
@@ -317,7 +322,8 @@ def core_of(engines: list[EngineSpec], requests: RequestTable, *, seed: int = 0,
     if autoscale is not None:
         routers[FRONT, Routing.COUNT] = int(autoscale[Scale.START])  # the initial replicas serve
     return Core(
-        req=requests.arrays(), settings=settings, float_settings=float_settings, counters=counters,
+        req=requests.arrays(), settings=settings, float_settings=float_settings, spec_survival=spec_survival,
+        counters=counters,
         clocks=table(Clock, E, fill=np.inf),
         qhead=np.full((E, levels + 2), -1, dtype=ints), qtail=np.full((E, levels + 2), -1, dtype=ints),
         running=rows(E, seats), batch=rows(E, seats), p_ids=rows(E, seats), p_new=rows(E, seats),

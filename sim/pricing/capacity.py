@@ -11,6 +11,11 @@ P + O/2). Its sustainable rate is ``B / (B · prefill_s + O · decode_s(B))``; t
 O such tokens meets ``slo.e2e_s``); with no such limit, the batch of the highest rate. The
 planner then plans each replica for ``autoscale.target`` of that rate (headroom for queueing,
 which is what keeps TTFT low). A model, not a measurement: the run shows how it holds.
+
+With speculative decoding (k drafts), each decode step verifies k + 1 tokens per row (priced
+with the drafter) and yields L = ``speculative.mean_length`` of them on average (1 + p1 + p1·p2
++ … from the per-position rates), so a request takes O / L decode steps and ``decode_s(B) / L``
+per output token.
 """
 
 from __future__ import annotations
@@ -32,10 +37,14 @@ def replica_rate(scenario, cost, prompt: float, output: float) -> float:
     pricer = Pricer(cost, 1.0)
     prefill = float(pricer.price(StepShape(num_tokens=p, num_seqs=1.0, prefill_tokens=p, prefill_attn=p * (p + 1) / 2,
                                            decode_seqs=0.0, decode_context=0.0, num_sampled=1.0).vectors())[0][0])
-    decode = pricer.price(StepShape(num_tokens=b, num_seqs=b, prefill_tokens=0.0, prefill_attn=0.0, decode_seqs=b,
-                                    decode_context=b * (p + o / 2), num_sampled=b).vectors())[0]
-    rate = b / (b * prefill + o * decode)
-    tpot = decode / np.maximum(1.0 - rate * prefill, 1e-9)
+    sp = spec.scheduler.speculative
+    k, length = (sp.num_tokens, sp.mean_length) if sp is not None else (0, 1.0)
+    decode = pricer.price(StepShape(num_tokens=b * (1 + k), num_seqs=b, prefill_tokens=0.0, prefill_attn=0.0,
+                                    decode_seqs=b, decode_context=b * (p + o / 2), num_sampled=b,
+                                    verify_tokens=b * k).vectors())[0]
+    per_token = decode / length  # a decode step's seconds per output token of one row
+    rate = b / (b * prefill + o * per_token)
+    tpot = per_token / np.maximum(1.0 - rate * prefill, 1e-9)
     ok = np.ones(len(b), dtype=bool)
     if scenario.slo.tpot_s is not None:
         ok &= tpot <= scenario.slo.tpot_s

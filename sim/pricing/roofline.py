@@ -230,9 +230,11 @@ def _collective(p, nbytes, factor):
 @leaf
 def roofline_ops(p, draft, s, out):
     """Seconds per operation of the step of shape ``s`` (all layers), into ``out[NUM_OPS]``.
-    ``draft``: the speculative draft model's parameter row (all zeros: none)."""
+    ``draft``: the speculative draft model's parameter row (all zeros: none). The drafter runs
+    on every step that verifies drafts or prefills prompts: a draft model, an MTP layer or an
+    EAGLE head keeps its own KV cache of each prompt, as the engines run it."""
     _model_ops(p, s, out)
-    if s[VERIFY_TOKENS] != 0.0 and draft[FLOPS] != 0.0:
+    if draft[FLOPS] != 0.0 and (s[VERIFY_TOKENS] != 0.0 or s[PREFILL_TOKENS] > 0.0):
         out[OP_DRAFT] = _draft_time(draft, s)
 
 

@@ -94,8 +94,15 @@ def scheduler_text(sch) -> str:
     if sch.speculative:
         sp = sch.speculative
         bits.append(f"speculative decoding ({sp.draft_model or sp.method} drafts {sp.num_tokens}, "
-                    f"acceptance {sp.acceptance_rate:g})")
+                    f"{acceptance_text(sp)}, {sp.mean_length:.2f} tokens per verify step)")
     return ", ".join(bits)
+
+
+def acceptance_text(sp) -> str:
+    """A speculative scheduler's acceptance: one rate, or each position's (given the ones before)."""
+    if sp.acceptance_rate is not None:
+        return f"acceptance {sp.acceptance_rate:.3g}"
+    return "acceptance by position " + "/".join(f"{p:.3g}" for p in sp.rates)
 
 
 def scheduler_rows(s) -> list[tuple[str, str]]:

@@ -145,21 +145,44 @@ class Hardware(Strict):
         return self.tp * self.pp
 
 
+Rate = Annotated[float, Field(ge=0, lt=1)]
+MEAN_LENGTH_TOLERANCE = 0.005  # a reported mean acceptance length, rounded to two decimals
+
+
 class Speculative(Strict):
-    """Speculative decoding: ``num_tokens`` draft tokens per decode row and step, verified by the
-    target in one step; each kept with probability ``acceptance_rate`` (until the first
-    rejection), plus one token of the target's own. ``method``: who drafts — ``draft`` a smaller
-    model (``draft_model``, its own roofline), ``mtp`` the model's own next-n prediction layer
-    (one layer and the LM head per draft token), ``eagle`` an EAGLE head (one decoder layer of
-    the target's width), ``ngram`` prompt lookup (no GPU cost). ``mean_acceptance_length`` (the
-    tokens a verify step yields on average, the target's own included, as the engines report it)
-    may replace ``acceptance_rate``: the rate with that mean is used."""
+    """Speculative decoding: ``num_tokens`` (k) draft tokens per decode row and step, verified by
+    the target in one step; the drafts are kept up to the first rejection, plus one token of the
+    target's own. ``method``: who drafts — ``draft`` a smaller model (``draft_model``, its own
+    roofline), ``mtp`` the model's own next-n prediction layer (one layer and the LM head per
+    draft token), ``eagle`` an EAGLE head (one decoder layer of the target's width), ``ngram``
+    prompt lookup (no GPU cost).
+
+    How often drafts are kept, in one of four forms (``rates``: the one the run uses):
+
+    - ``acceptance_rates: [p1, …, pk]``: p_i, the probability that draft position i is accepted
+      given that positions 1..i-1 were (conditional; SpecBench's and the EAGLE papers' per-step
+      rates). Its length is ``num_tokens`` (which it sets when not given).
+    - ``accepted_per_position: [a1, …, ak]``: the fraction of verify steps whose position i was
+      accepted, as vLLM reports it (``vllm:spec_decode_num_accepted_tokens_per_pos[i]`` /
+      ``vllm:spec_decode_num_drafts``, its "per-position acceptance rate"); a_i = p1·…·p_i, so
+      it cannot rise with i, and p_i = a_i / a_{i-1}.
+    - ``acceptance_rate: a``: every position alike, p_i = a (0.7 when no form is given).
+    - ``mean_acceptance_length: m``: the tokens a verify step yields on average, the target's own
+      included, as the engines report it: every position alike, at the rate whose
+      1 + a + … + a^k is m.
+
+    A verify step then yields 1 + a1 + … + ak tokens on average (``mean_length``). Forms given
+    together must agree (rates within 1e-9, a mean length within 0.005: a report's rounding);
+    the per-position ones win. ``acceptance_rate`` reads back the one rate when every position
+    has the same (None otherwise)."""
 
     method: Literal["draft", "mtp", "eagle", "ngram"] = "draft"
     draft_model: str | None = None
     num_tokens: PositiveInt = 4
-    acceptance_rate: Annotated[float, Field(ge=0, lt=1)] = 0.7
+    acceptance_rate: Rate | None = None
     mean_acceptance_length: Annotated[float, Field(ge=1)] | None = None
+    acceptance_rates: list[Rate] | None = None
+    accepted_per_position: list[Rate] | None = None
 
     @field_validator("draft_model")
     @classmethod
@@ -167,15 +190,101 @@ class Speculative(Strict):
         return None if v is None else _catalog_name(get_model, v)
 
     @model_validator(mode="after")
-    def _method_and_mean(self):
+    def _method_and_rates(self):
         if (self.method == "draft") != (self.draft_model is not None):
             raise ValueError("draft_model: give it for method draft (a catalog model), and only then")
-        if self.mean_acceptance_length is not None:
-            if "acceptance_rate" in self.model_fields_set:
-                raise ValueError("give acceptance_rate or mean_acceptance_length, not both")
-            rate = rate_for_mean_length(self.mean_acceptance_length, self.num_tokens)
-            object.__setattr__(self, "acceptance_rate", rate)  # frozen: set once, while validating
+        given = self.acceptance_rates if self.acceptance_rates is not None else self.accepted_per_position
+        if given is not None and "num_tokens" not in self.model_fields_set:
+            object.__setattr__(self, "num_tokens", len(given))  # frozen: set once, while validating
+        rates = position_rates(self)
+        uniform = all(p == rates[0] for p in rates)
+        object.__setattr__(self, "acceptance_rate", rates[0] if uniform else None)
         return self
+
+    @cached_property
+    def rates(self) -> tuple[float, ...]:
+        """p1..pk: each draft position's acceptance given the ones before it were accepted."""
+        return position_rates(self)
+
+    @property
+    def mean_length(self) -> float:
+        """Tokens a verify step yields on average: 1 + p1 + p1·p2 + … + p1·…·pk."""
+        return expected_tokens(self.rates)
+
+    @property
+    def survival(self) -> tuple[float, ...]:
+        """P(at least j drafts accepted), j = 1..k (what the core's draw compares with)."""
+        return tuple(survival(self.rates))
+
+
+def survival(rates) -> list[float]:
+    """P(at least j drafts accepted), j = 1..k: p1, p1·p2, …, multiplied in that order (the
+    core's draw compares against these very numbers)."""
+    out, p = [], 1.0
+    for i, r in enumerate(rates):
+        p = r if i == 0 else p * r
+        out.append(p)
+    return out
+
+
+def expected_tokens(rates) -> float:
+    """Tokens a verify step yields on average with per-position rates ``rates``: the target's
+    own token plus each position's chance of being reached and accepted."""
+    return 1.0 + sum(survival(rates))
+
+
+def position_rates(sp: Speculative) -> tuple[float, ...]:
+    """The conditional per-position rates of ``sp`` from whichever forms it gives (one rule:
+    see ``Speculative``); forms that disagree are refused by name."""
+    k = sp.num_tokens
+    for name in ("acceptance_rates", "accepted_per_position"):
+        v = getattr(sp, name)
+        if v is not None and len(v) != k:
+            raise ValueError(f"{name}: expected {k} values, one per draft token (num_tokens {k}), got {len(v)}")
+    rates = None if sp.acceptance_rates is None else tuple(sp.acceptance_rates)
+    if sp.accepted_per_position is not None:
+        from_counts = _conditional(sp.accepted_per_position)
+        if rates is not None and not _close(rates, from_counts, 1e-9):
+            raise ValueError("accepted_per_position: disagrees with acceptance_rates (a_i = p1·…·p_i); give one")
+        rates = rates or from_counts
+    if rates is None:
+        a = sp.acceptance_rate
+        if a is None:
+            a = 0.7 if sp.mean_acceptance_length is None else rate_for_mean_length(sp.mean_acceptance_length, k)
+        rates = (a,) * k
+    elif sp.acceptance_rate is not None and not _close(rates, (sp.acceptance_rate,) * k, 1e-9):
+        raise ValueError(f"acceptance_rate: {sp.acceptance_rate:g} disagrees with the per-position rates "
+                         f"{_show(rates)}; give one")
+    m = sp.mean_acceptance_length
+    if m is not None and abs(expected_tokens(rates) - m) > MEAN_LENGTH_TOLERANCE:
+        rate_for_mean_length(m, k)  # a mean k drafts cannot reach is named as such
+        raise ValueError(f"mean_acceptance_length: {m:g} disagrees with the rates, whose mean length is "
+                         f"{expected_tokens(rates):.4g}; give one")
+    return rates
+
+
+def _conditional(accepted: list[float]) -> tuple[float, ...]:
+    """p_i = a_i / a_{i-1} from the unconditional per-position rates a_i (vLLM's)."""
+    out = []
+    for i, a in enumerate(accepted):
+        before = 1.0 if i == 0 else accepted[i - 1]
+        if a > before:
+            raise ValueError(f"accepted_per_position: position {i + 1} ({a:g}) above position {i} ({before:g}); "
+                             "a draft is only accepted after the ones before it, so these cannot rise")
+        p = a / before if before > 0.0 else 0.0
+        if p >= 1.0:
+            raise ValueError(f"accepted_per_position: position {i + 1} equals position {i} ({a:g}): every draft "
+                             "that reached it was accepted; expected below (each rate below 1)")
+        out.append(p)
+    return tuple(out)
+
+
+def _close(a, b, tol: float) -> bool:
+    return all(abs(x - y) <= tol for x, y in zip(a, b, strict=True))
+
+
+def _show(rates) -> str:
+    return "[" + ", ".join(f"{p:g}" for p in rates) + "]"
 
 
 def rate_for_mean_length(mean: float, k: int) -> float:

@@ -118,6 +118,14 @@ FEATURES = {
                             "scheduler__prefix_caching": True, **SHARED, **PRESSURE},
     "speculative": {"scheduler__speculative": {"draft_model": "tiny-llama-12m", "num_tokens": 4,
                                                "acceptance_rate": 0.7}, **PRESSURE},
+    "speculative-per-position": {"scheduler__speculative": {"method": "eagle",
+                                                            "acceptance_rates": [0.9, 0.75, 0.5, 0.3, 0.1]},
+                                 "scheduler__policy": "chunked-prefill", **PRESSURE},
+    "speculative-vllm-per-position": {"replica_groups": [
+        {"count": 1, "scheduler": {"speculative": {"method": "ngram", "accepted_per_position": [0.6, 0.3]}}},
+        {"count": 1, "scheduler": {"speculative": {"draft_model": "tiny-llama-12m",
+                                                   "acceptance_rates": [0.8, 0.7, 0.6, 0.5, 0.4, 0.3]}}}],
+        "router": {"policy": "least-outstanding"}, **BURSTY},
     "pipeline": {"model": "llama-3-70b", "hardware": {"gpu": "H100-SXM", "tp": 2, "pp": 2},
                  "workload__arrival": {"process": "poisson", "rate": 8}},
     "moe-expert-parallel": {"model": "mixtral-8x7b", "hardware": {"gpu": "H100-SXM", "tp": 2,
@@ -322,8 +330,13 @@ def scenarios(draw, profiles):
     if paged and draw(st.booleans()):
         f["scheduler__preemption"] = "swap"
     if paged and draw(st.integers(0, 3)) == 0:
-        f["scheduler__speculative"] = {"draft_model": "tiny-llama-12m", "num_tokens": draw(st.integers(1, 5)),
-                                       "acceptance_rate": draw(st.sampled_from([0.0, 0.5, 0.9]))}
+        k = draw(st.integers(1, 5))
+        f["scheduler__speculative"] = {"draft_model": "tiny-llama-12m", "num_tokens": k}
+        if draw(st.booleans()):
+            f["scheduler__speculative"]["acceptance_rate"] = draw(st.sampled_from([0.0, 0.5, 0.9]))
+        else:  # a rate per position, as the engines report them
+            f["scheduler__speculative"]["acceptance_rates"] = draw(st.lists(
+                st.sampled_from([0.0, 0.3, 0.6, 0.95]), min_size=k, max_size=k))
     cost = draw(st.sampled_from(["roofline", "roofline", "ops", "step"]))
     if cost != "roofline" and layout in ("replicas", "disaggregated"):  # the profiles are tp=1
         f["cost"] = {"model": "profile", "profile": profiles[cost]}

@@ -102,6 +102,15 @@ CASES = [
     ("scheduler: {block_size: 2147483647}\n", ["scheduler.block_size", "one KV block of 2147483647 tokens"]),
     ("replica_groups: [{count: 1}, {count: 1, scheduler: {block_size: 2147483647}}]\n",
      ["replica_groups[1].scheduler.block_size"]),
+    # speculative acceptance per position: each form checked, and against the others
+    ("scheduler: {speculative: {method: ngram, num_tokens: 3, acceptance_rates: [0.8, 0.6]}}\n",
+     ["scheduler.speculative", "acceptance_rates: expected 3 values", "got 2"]),
+    ("scheduler: {speculative: {method: ngram, acceptance_rates: [0.8, 1.0]}}\n",
+     ["scheduler.speculative.acceptance_rates[1]", "less than 1"]),
+    ("scheduler: {speculative: {method: ngram, accepted_per_position: [0.5, 0.6]}}\n",
+     ["scheduler.speculative", "accepted_per_position: position 2 (0.6) above position 1 (0.5)"]),
+    ("scheduler: {speculative: {method: ngram, acceptance_rate: 0.5, acceptance_rates: [0.5, 0.4]}}\n",
+     ["scheduler.speculative", "acceptance_rate: 0.5 disagrees", "[0.5, 0.4]"]),
 ]
 
 
