@@ -18,10 +18,11 @@ from pathlib import Path
 import numpy as np
 
 from endpoint import fit as fitting
+from endpoint import server_info
 from endpoint.loadgen import Options
 from endpoint.probes import ProbeData, Prober, steady_gaps
 from endpoint.prompts import PromptBuilder, WordVocab
-from endpoint.server_metrics import identity, published_int
+from sim.errors import InputError
 from sim.pricing.profile import Device, LinearFit, Ops, Profile, Table
 
 SPEED_PROBE = (256, 16, 2)  # lone requests one after another: prompt, output tokens, how many
@@ -93,14 +94,18 @@ def calibrate(s: Settings, vocab: WordVocab, log=print, data: ProbeData | None =
     (``data``: filled as the probes go, so that a caller keeps them when one fails)."""
     from calibration.progress import ticker
 
-    ident = identity(s.url)
-    models = {m["id"]: m for m in ident.get("models", [])}
-    max_len = published_int(s.url, "max_model_len", (models.get(s.model) or {}).get("max_model_len")) or 2048
-    cache = ident.get("cache_config", {})
-    has_metrics = bool(ident.get("metrics"))
+    info = server_info.read(s.url)
+    if info.problems:
+        raise InputError("--endpoint", s.url, info.problems[0])
+    ident = info.as_dict()
+    s.notes += published_notes(info)
+    max_len = info.context_for(s.model) or 2048
+    if info.context_for(s.model) is None:
+        s.notes.append("context per sequence: not published; assumed 2048 tokens")
+    has_metrics = info.metrics
     g = grid(s, max_len)
     opts = Options(url=s.url, model=s.model, timeout_s=s.request_timeout)
-    block = published_int(s.url, "cache_config_info.block_size", cache.get("block_size")) or 16
+    block = info.block_size or 16
     rng = np.random.default_rng(s.seed)
     data = ProbeData() if data is None else data
     t_all = time.perf_counter()
@@ -133,7 +138,9 @@ def calibrate(s: Settings, vocab: WordVocab, log=print, data: ProbeData | None =
         for p in sizes:
             data.chunks.append((p, prober.chunks(p, out)))
         end("token budget per step")
-        budget, why = (s.budget, "given") if s.budget else fitting.infer_budget(data.chunks)
+        budget, why = ((s.budget, "given") if s.budget else
+                       (info.token_budget, f"published ({info.sources.get('token_budget')})") if info.token_budget
+                       else fitting.infer_budget(data.chunks))
         if budget is None:
             s.notes.append(f"token budget per step: {why}; assumed {max_len} (max_model_len)")
             budget = max_len
@@ -141,6 +148,9 @@ def calibrate(s: Settings, vocab: WordVocab, log=print, data: ProbeData | None =
             s.notes.append(f"token budget per step {budget}: {why}")
 
         max_seqs = s.max_seqs
+        if max_seqs is None and info.max_seqs is not None:
+            max_seqs = info.max_seqs
+            s.notes.append(f"max running sequences {max_seqs}: published ({info.sources.get('max_seqs')})")
         if max_seqs is None:
             phase("max running sequences", 1)
             n = g["max_seqs_requests"]
@@ -184,7 +194,7 @@ def calibrate(s: Settings, vocab: WordVocab, log=print, data: ProbeData | None =
         speed["each_s"] = [p["probe_s"] for p in probes]
 
         f = fit_measurements(data, budget, s.url)
-        kv_blocks = _kv_blocks(cache)
+        kv_blocks = info.kv_blocks(block)
         profile = _profile(s, ident, f, budget, max_seqs, kv_blocks, block, data, speed)
         fragment = _fragment(s, budget, max_seqs, block, kv_blocks)
 
@@ -229,11 +239,14 @@ def keep_partial(data: ProbeData, out: Path) -> Path:
         **asdict(data)})
 
 
-def _kv_blocks(cache: dict) -> int | None:
-    try:
-        return int(cache["num_gpu_blocks"])
-    except (KeyError, ValueError, TypeError):
-        return None
+def published_notes(info: server_info.ServerInfo) -> list[str]:
+    """What the server published, said once at the top of the profile's notes."""
+    keys = ("context_per_seq", "max_seqs", "token_budget", "kv_tokens", "block_size", "kv_layout")
+    known = [f"{k} {getattr(info, k)} ({info.sources[k]})" for k in keys if getattr(info, k) is not None]
+    notes = [f"server: {info.engine} {info.version or '(version not published)'}; publishes "
+             + ("; ".join(known) if known else "none of its limits")]
+    notes += info.notes
+    return notes
 
 
 def _profile(s: Settings, ident: dict, f: fitting.Fit, budget: int, max_seqs: int, kv_blocks: int | None,
@@ -250,7 +263,8 @@ def _profile(s: Settings, ident: dict, f: fitting.Fit, budget: int, max_seqs: in
     lo, hi = 1.0, float(max(budget, 2))
     c0, c1 = f.coef["const"], f.coef["num_tokens"]
     linear = Table(x=[lo, hi], seconds=[c0 + c1 * lo, c0 + c1 * hi])
-    server = {k: ident.get(k) for k in ("url", "version", "engine", "models")}
+    server = {k: ident.get(k) for k in ("url", "version", "engine", "models", "context_per_seq", "max_seqs",
+                                        "token_budget", "kv_tokens", "block_size", "kv_layout", "sources")}
     grid = {"server": server, "cache_config": ident.get("cache_config", {}),
             "scheduler": {"policy": "chunked-prefill", "max_num_seqs": max_seqs, "chunk_size": budget,
                           "block_size": block, "kv_blocks": kv_blocks},

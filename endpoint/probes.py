@@ -29,7 +29,7 @@ import numpy as np
 from endpoint.failures import check, kind_of
 from endpoint.loadgen import LoadResult, Options, Record, Request, run_async
 from endpoint.prompts import PromptBuilder
-from endpoint.server_metrics import ITER_TOKENS, RUNNING, Sampler, scrape
+from endpoint.server_metrics import ITER_COUNT, ITER_TOKENS, RUNNING, Sampler, scrape
 from sim.errors import InputError
 
 
@@ -108,8 +108,10 @@ class Prober:
         if not self.metrics:
             return None
         m = scrape(self.opts.url)
-        h = m.histogram(ITER_TOKENS) if m else None
-        return None if h is None else h[0]
+        if m is None:
+            return None
+        h = m.histogram(ITER_TOKENS)
+        return h[0] if h is not None else m.value(ITER_COUNT)
 
     def wait_idle(self, timeout_s: float = 60.0) -> None:
         """Until the server runs nothing (``/metrics``; a cancelled request may still run on a
