@@ -73,11 +73,14 @@ class Prober:
         self.next_id = 1_000_000  # unique prompts: no prefix-cache hit between probes
         self.time_limit_s, self.who, self.phase = time_limit_s, who, ""
         self.deadline = None if time_limit_s is None else time.perf_counter() + time_limit_s
+        self.context: int | None = None  # tokens one sequence may hold on the server (None: not known)
+
+    def _during(self) -> str:
+        return f" during {self.phase!r}" if self.phase else ""
 
     def _out_of_time(self) -> InputError:
-        during = f" during {self.phase!r}" if self.phase else ""
         return InputError("--time-limit", None, f"{self.who} did not finish within {self.time_limit_s:g} s "
-                                                f"(stopped{during})")
+                                                f"(stopped{self._during()})")
 
     def left(self) -> float | None:
         """Seconds left of the time limit (None: no limit); none left: stop."""
@@ -100,6 +103,10 @@ class Prober:
         return res
 
     def request(self, prompt: int, out: int, arrival: float = 0.0) -> Request:
+        if self.context is not None and prompt + out > self.context:  # never a probe the server must refuse
+            raise InputError("--endpoint", self.opts.url,
+                             f"{self.who} would send a probe of {prompt} + {out} tokens{self._during()}, more than "
+                             f"the {self.context} one sequence may hold on this server")
         self.next_id += 1
         ids = self.builder.prompt(self.next_id, prompt)
         return Request(self.next_id, arrival, [int(i) for i in ids], prompt, out)

@@ -522,7 +522,7 @@ class Scenario(Strict):
         """What the model's description leaves out or over-counts (a vision tower not modelled,
         sliding-window layers' KV counted for every token), for the run's warnings."""
         notes = [f"{self.model_spec.name}: {n}" for n in self.model_spec.notes]
-        if not engine_fitted(self.engine.name):
+        if not engine_fitted(self.engine.name) and self.cost.model != "profile":
             notes.append(f"engine {self.engine.name}: its runtime overheads are not fitted (no published case ran "
                          "on it), so the roofline alone prices its steps; calibrate against the server "
                          "(servesim calibrate --endpoint) for its own costs")
