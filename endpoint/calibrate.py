@@ -18,14 +18,17 @@ from pathlib import Path
 import numpy as np
 
 from endpoint import fit as fitting
+from endpoint import server_info
 from endpoint.loadgen import Options
 from endpoint.probes import ProbeData, Prober, steady_gaps
 from endpoint.prompts import PromptBuilder, WordVocab
-from endpoint.server_metrics import identity, published_int
+from sim.errors import InputError
 from sim.pricing.profile import Device, LinearFit, Ops, Profile, Table
 
 SPEED_PROBE = (256, 16, 2)  # lone requests one after another: prompt, output tokens, how many
 SPEED_BATCH = (8, 128, 32)  # then requests at once, prompt, output tokens: a loaded server's steps
+SATURATION = (256, 64)  # the closed loop's prompt and output tokens
+MIN_CONTEXT = 336  # the longest fixed probe (saturation: 256 + 64) and room for a few tokens more
 
 
 @dataclass
@@ -93,20 +96,29 @@ def calibrate(s: Settings, vocab: WordVocab, log=print, data: ProbeData | None =
     (``data``: filled as the probes go, so that a caller keeps them when one fails)."""
     from calibration.progress import ticker
 
-    ident = identity(s.url)
-    models = {m["id"]: m for m in ident.get("models", [])}
-    max_len = published_int(s.url, "max_model_len", (models.get(s.model) or {}).get("max_model_len")) or 2048
-    cache = ident.get("cache_config", {})
-    has_metrics = bool(ident.get("metrics"))
+    info = server_info.read(s.url)
+    if info.problems:
+        raise InputError("--endpoint", s.url, info.problems[0])
+    ident = info.as_dict()
+    s.notes += published_notes(info)
+    max_len = info.context_for(s.model) or 2048
+    if info.context_for(s.model) is None:
+        s.notes.append("context per sequence: not published; assumed 2048 tokens")
+    if max_len < MIN_CONTEXT:
+        raise InputError("--endpoint", s.url, f"the server gives one sequence {max_len} tokens "
+                                              f"({info.sources.get('context_per_seq')}); calibration's probes need "
+                                              f"at least {MIN_CONTEXT}: expected a larger context per sequence")
+    has_metrics = info.metrics
     g = grid(s, max_len)
     opts = Options(url=s.url, model=s.model, timeout_s=s.request_timeout)
-    block = published_int(s.url, "cache_config_info.block_size", cache.get("block_size")) or 16
+    block = info.block_size or 16
     rng = np.random.default_rng(s.seed)
     data = ProbeData() if data is None else data
     t_all = time.perf_counter()
     with ticker(s.progress) as bar:
         prober = Prober(opts, PromptBuilder(vocab, block, s.seed), bar.tick, has_metrics,
                         time_limit_s=s.time_limit)
+        prober.context = max_len
 
         def phase(name: str, total: int):
             bar.stage(name, total)
@@ -133,7 +145,9 @@ def calibrate(s: Settings, vocab: WordVocab, log=print, data: ProbeData | None =
         for p in sizes:
             data.chunks.append((p, prober.chunks(p, out)))
         end("token budget per step")
-        budget, why = (s.budget, "given") if s.budget else fitting.infer_budget(data.chunks)
+        budget, why = ((s.budget, "given") if s.budget else
+                       (info.token_budget, f"published ({info.sources.get('token_budget')})") if info.token_budget
+                       else fitting.infer_budget(data.chunks))
         if budget is None:
             s.notes.append(f"token budget per step: {why}; assumed {max_len} (max_model_len)")
             budget = max_len
@@ -141,6 +155,9 @@ def calibrate(s: Settings, vocab: WordVocab, log=print, data: ProbeData | None =
             s.notes.append(f"token budget per step {budget}: {why}")
 
         max_seqs = s.max_seqs
+        if max_seqs is None and info.max_seqs is not None:
+            max_seqs = info.max_seqs
+            s.notes.append(f"max running sequences {max_seqs}: published ({info.sources.get('max_seqs')})")
         if max_seqs is None:
             phase("max running sequences", 1)
             n = g["max_seqs_requests"]
@@ -184,16 +201,17 @@ def calibrate(s: Settings, vocab: WordVocab, log=print, data: ProbeData | None =
         speed["each_s"] = [p["probe_s"] for p in probes]
 
         f = fit_measurements(data, budget, s.url)
-        kv_blocks = _kv_blocks(cache)
-        profile = _profile(s, ident, f, budget, max_seqs, kv_blocks, block, data, speed)
-        fragment = _fragment(s, budget, max_seqs, block, kv_blocks)
+        kv_blocks = info.kv_blocks(block)
+        sched = scheduler_of(info, budget, max_seqs, block, max_len)
+        profile = _profile(s, ident, f, sched, kv_blocks, data, speed)
+        fragment = _fragment(s, sched, kv_blocks)
 
         conc = min(max_seqs, 16)
         n = g["saturation_requests"]
         phase("saturation (closed loop)", n)
-        recs, dur = prober.saturation(conc, n, 256, 64)
+        recs, dur = prober.saturation(conc, n, *SATURATION)
         end("saturation (closed loop)")
-        data.saturation = {"concurrency": conc, "requests": n, "prompt": 256, "output": 64,
+        data.saturation = {"concurrency": conc, "requests": n, "prompt": SATURATION[0], "output": SATURATION[1],
                            "measured_req_per_s": sum(1 for r in recs if not r.error) / dur,
                            "records": recs}
     data.phases_s["total"] = time.perf_counter() - t_all
@@ -229,15 +247,28 @@ def keep_partial(data: ProbeData, out: Path) -> Path:
         **asdict(data)})
 
 
-def _kv_blocks(cache: dict) -> int | None:
-    try:
-        return int(cache["num_gpu_blocks"])
-    except (KeyError, ValueError, TypeError):
-        return None
+def published_notes(info: server_info.ServerInfo) -> list[str]:
+    """What the server published, said once at the top of the profile's notes."""
+    keys = ("context_per_seq", "max_seqs", "token_budget", "kv_tokens", "block_size", "kv_layout")
+    known = [f"{k} {getattr(info, k)} ({info.sources[k]})" for k in keys if getattr(info, k) is not None]
+    notes = [f"server: {info.engine} {info.version or '(version not published)'}; publishes "
+             + ("; ".join(known) if known else "none of its limits")]
+    notes += info.notes
+    return notes
 
 
-def _profile(s: Settings, ident: dict, f: fitting.Fit, budget: int, max_seqs: int, kv_blocks: int | None,
-             block: int, data: ProbeData, speed: dict) -> Profile:
+def scheduler_of(info: server_info.ServerInfo, budget: int, max_seqs: int, block: int, context: int) -> dict:
+    """The scenario's scheduler for the server: fixed slots where each sequence has its own
+    context (llama.cpp), else chunked prefill over a shared pool."""
+    if info.kv_layout == "slots":
+        return {"policy": "slots", "max_num_seqs": max_seqs, "slot_context": context,
+                "chunk_size": max(budget, max_seqs), "block_size": block}
+    return {"policy": "chunked-prefill", "max_num_seqs": max_seqs, "chunk_size": budget, "block_size": block,
+            "prefix_caching": False}
+
+
+def _profile(s: Settings, ident: dict, f: fitting.Fit, sched: dict, kv_blocks: int | None,
+             data: ProbeData, speed: dict) -> Profile:
     from sim.scenario.load import scenario_from_dict
 
     spec = scenario_from_dict({"model": s.sim_model}, "--sim-model").model_spec
@@ -247,13 +278,13 @@ def _profile(s: Settings, ident: dict, f: fitting.Fit, budget: int, max_seqs: in
     step = LinearFit(features=f.features(), coef=f.step_coef(), r2=f.r2, ranges=f.ranges)
     # the schema wants per-op tables; an endpoint has none: the step fit's token line stands in
     # (prefer: step, so it is never used for pricing)
-    lo, hi = 1.0, float(max(budget, 2))
+    lo, hi = 1.0, float(max(sched["chunk_size"], 2))
     c0, c1 = f.coef["const"], f.coef["num_tokens"]
     linear = Table(x=[lo, hi], seconds=[c0 + c1 * lo, c0 + c1 * hi])
-    server = {k: ident.get(k) for k in ("url", "version", "engine", "models")}
+    server = {k: ident.get(k) for k in ("url", "version", "engine", "models", "context_per_seq", "max_seqs",
+                                        "token_budget", "kv_tokens", "block_size", "kv_layout", "sources")}
     grid = {"server": server, "cache_config": ident.get("cache_config", {}),
-            "scheduler": {"policy": "chunked-prefill", "max_num_seqs": max_seqs, "chunk_size": budget,
-                          "block_size": block, "kv_blocks": kv_blocks},
+            "scheduler": {**{k: v for k, v in sched.items() if k != "prefix_caching"}, "kv_blocks": kv_blocks},
             "fit": {"step": f.stats, "coef": f.coef, "floor_s": f.floor},
             "probe": speed, "probe_s": speed["probe_s"], "probe_design": probe_design(), "phases_s": data.phases_s,
             "measurements": {"ttft": [vars(t) for t in data.ttft], "gaps": [vars(g) for g in data.gaps],
@@ -269,12 +300,11 @@ def _profile(s: Settings, ident: dict, f: fitting.Fit, budget: int, max_seqs: in
         request_overhead_s=f.request_overhead_s, notes=list(s.notes))
 
 
-def _fragment(s: Settings, budget: int, max_seqs: int, block: int, kv_blocks: int | None) -> dict:
-    frag = {"model": s.sim_model,
-            "scheduler": {"policy": "chunked-prefill", "max_num_seqs": max_seqs, "chunk_size": budget,
-                          "block_size": block, "prefix_caching": False},
-            "cost": {"model": "profile", "profile": "profile.json"}}
-    if kv_blocks:
+def _fragment(s: Settings, sched: dict, kv_blocks: int | None) -> dict:
+    frag = {"model": s.sim_model, "scheduler": dict(sched), "cost": {"model": "profile", "profile": "profile.json"}}
+    if sched["policy"] == "slots":
+        frag["engine"] = "llama.cpp"  # the slots' contexts are its KV cache
+    elif kv_blocks:
         frag["hardware"] = {"kv_blocks": kv_blocks}
     return frag
 

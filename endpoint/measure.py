@@ -57,14 +57,16 @@ def measure(scenario, url: str, model: str, *, tokenizer: str | None, api: str, 
     ``request_timeout`` bounds each request, ``time_limit`` the whole run (seconds)."""
     from endpoint.loadgen import Options, run
     from endpoint.replay import check_fits, load_vocab, plan
-    from endpoint.server_metrics import identity, published_int
+    from endpoint.server_info import read
 
     vocab = load_vocab(url, tokenizer)
     opts = Options(url=url, model=model, api=api, exact_output=exact, timeout_s=request_timeout)
     overhead = chat_overhead(opts) if api == "chat" else 0
     p = plan(scenario, vocab, api=api, chat_overhead=overhead, seed=seed)
-    models = {m["id"]: m for m in identity(url).get("models", [])}
-    check_fits(p, published_int(url, "max_model_len", (models.get(model) or {}).get("max_model_len")), source)
+    info = read(url)
+    if info.problems:
+        raise InputError("--endpoint", url, info.problems[0])
+    check_fits(p, info.context_for(model), source, info.sources.get("context_per_seq", "max_model_len"))
     with progress_bar(len(p.requests), label or scenario.name, progress) as bar:
         result = run(p.requests, opts, closed=p.closed, think_time_s=p.think_time_s,
                      on_done=lambda _r: bar.tick(), time_limit_s=time_limit)

@@ -29,7 +29,7 @@ import numpy as np
 from endpoint.failures import check, kind_of
 from endpoint.loadgen import LoadResult, Options, Record, Request, run_async
 from endpoint.prompts import PromptBuilder
-from endpoint.server_metrics import ITER_TOKENS, RUNNING, Sampler, scrape
+from endpoint.server_metrics import ITER_COUNT, ITER_TOKENS, RUNNING, Sampler, scrape
 from sim.errors import InputError
 
 
@@ -73,11 +73,14 @@ class Prober:
         self.next_id = 1_000_000  # unique prompts: no prefix-cache hit between probes
         self.time_limit_s, self.who, self.phase = time_limit_s, who, ""
         self.deadline = None if time_limit_s is None else time.perf_counter() + time_limit_s
+        self.context: int | None = None  # tokens one sequence may hold on the server (None: not known)
+
+    def _during(self) -> str:
+        return f" during {self.phase!r}" if self.phase else ""
 
     def _out_of_time(self) -> InputError:
-        during = f" during {self.phase!r}" if self.phase else ""
         return InputError("--time-limit", None, f"{self.who} did not finish within {self.time_limit_s:g} s "
-                                                f"(stopped{during})")
+                                                f"(stopped{self._during()})")
 
     def left(self) -> float | None:
         """Seconds left of the time limit (None: no limit); none left: stop."""
@@ -100,6 +103,10 @@ class Prober:
         return res
 
     def request(self, prompt: int, out: int, arrival: float = 0.0) -> Request:
+        if self.context is not None and prompt + out > self.context:  # never a probe the server must refuse
+            raise InputError("--endpoint", self.opts.url,
+                             f"{self.who} would send a probe of {prompt} + {out} tokens{self._during()}, more than "
+                             f"the {self.context} one sequence may hold on this server")
         self.next_id += 1
         ids = self.builder.prompt(self.next_id, prompt)
         return Request(self.next_id, arrival, [int(i) for i in ids], prompt, out)
@@ -108,8 +115,10 @@ class Prober:
         if not self.metrics:
             return None
         m = scrape(self.opts.url)
-        h = m.histogram(ITER_TOKENS) if m else None
-        return None if h is None else h[0]
+        if m is None:
+            return None
+        h = m.histogram(ITER_TOKENS)
+        return h[0] if h is not None else m.value(ITER_COUNT)
 
     def wait_idle(self, timeout_s: float = 60.0) -> None:
         """Until the server runs nothing (``/metrics``; a cancelled request may still run on a

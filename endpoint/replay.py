@@ -72,12 +72,14 @@ def load_vocab(url: str, tokenizer: str | None) -> WordVocab:
     return word_vocab(tokenizer_for(url, tokenizer))
 
 
-def check_fits(p: Plan, max_model_len: int | None, source: str) -> None:
+def check_fits(p: Plan, max_model_len: int | None, source: str, where: str = "max_model_len") -> None:
+    """Refuse a plan with a request longer than one sequence's context on the server (``where``:
+    what the server published it as)."""
     if not max_model_len:
         return
     total = np.asarray(p.workload.prompt_len) + np.asarray(p.workload.output_len)
     bad = int((total > max_model_len).sum())
     if bad:
         raise ScenarioError(source, "workload.prompt_len",
-                            f"{bad} request(s) need more than the server's max_model_len "
-                            f"({max_model_len}) tokens of prompt + output")
+                            f"{bad} request(s) need more than the {max_model_len} tokens of prompt + output "
+                            f"the server gives one sequence ({where})")

@@ -1,30 +1,30 @@
-"""The server's Prometheus ``/metrics`` and identity (``/version``, ``/v1/models``).
+"""The server's Prometheus ``/metrics`` and identity (what ``endpoint/server_info.py`` reads).
 
-vLLM and SGLang expose running and waiting requests, KV-cache use and per-iteration token
-counts; vLLM also its cache configuration (block size, number of KV blocks) as an info
-gauge. Names differ by engine and version, so lookups try each known spelling.
+vLLM, SGLang and llama.cpp (``--metrics``) expose running and waiting requests (llama.cpp:
+processing and deferred), KV-cache use and, vLLM, per-iteration token counts and its cache
+configuration (block size, number of KV blocks) as an info gauge. Names differ by engine and
+version, so lookups try each known spelling.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import re
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 
-from sim.errors import InputError
-
 _LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)')
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
-RUNNING = ("vllm:num_requests_running", "sglang:num_running_reqs")
-WAITING = ("vllm:num_requests_waiting", "sglang:num_queue_reqs")
-KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage")
+RUNNING = ("vllm:num_requests_running", "sglang:num_running_reqs", "llamacpp:requests_processing")
+WAITING = ("vllm:num_requests_waiting", "sglang:num_queue_reqs", "llamacpp:requests_deferred")
+KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage",
+            "llamacpp:kv_cache_usage_ratio")
 ITER_TOKENS = ("vllm:iteration_tokens_total",)
+ITER_COUNT = ("llamacpp:n_decode_total",)  # a counter of steps (llama_decode calls), where no histogram is
 CACHE_INFO = ("vllm:cache_config_info",)
 
 
@@ -99,41 +99,12 @@ def scrape(url: str) -> Metrics | None:
 
 
 def identity(url: str) -> dict:
-    """What the server says it is: version, models (id, root, max_model_len), cache config."""
-    out: dict = {"url": base_url(url)}
-    v = get(url, "/version")
-    if v:
-        with contextlib.suppress(json.JSONDecodeError, AttributeError):
-            out["version"] = json.loads(v).get("version")
-    models = get(url, "/v1/models")
-    if models:
-        with contextlib.suppress(json.JSONDecodeError, AttributeError, TypeError):
-            out["models"] = [{k: m.get(k) for k in ("id", "root", "max_model_len", "owned_by")}
-                             for m in json.loads(models).get("data") or [] if isinstance(m, dict)]
-    m = scrape(url)
-    out["metrics"] = m is not None
-    if m is not None:
-        info = m.labels(CACHE_INFO)
-        if info:
-            out["cache_config"] = info
-        out["engine"] = "vllm" if any(k.startswith("vllm:") for k in m.samples) else \
-            "sglang" if any(k.startswith("sglang:") for k in m.samples) else "unknown"
-    return out
+    """What the server says it is (``endpoint.server_info.read``) as a plain dict: url, engine,
+    version, models (id, root, max_model_len), metrics (whether ``/metrics`` answers), cache
+    config, and the limits it publishes with where each was read."""
+    from endpoint.server_info import read
 
-
-def published_int(url: str, name: str, value) -> int | None:
-    """A count the server publishes (None: not published); anything but a positive whole
-    number is refused by name."""
-    if value is None:
-        return None
-    try:
-        n = int(value)
-        ok = n > 0 and n == float(value)
-    except (TypeError, ValueError, OverflowError):
-        ok = False
-    if not ok:
-        raise InputError("--endpoint", url, f"the server publishes {name} = {value!r}, not a positive whole number")
-    return n
+    return read(url).as_dict()
 
 
 class Sampler:

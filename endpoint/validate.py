@@ -87,6 +87,7 @@ def validate(scenario, profile_path: str | Path, url: str, model: str, *, source
     from endpoint.prompts import PromptBuilder
     from endpoint.records import itl_frame, requests_frame, write_run
     from endpoint.replay import load_vocab
+    from endpoint.server_info import read as read_server
     from endpoint.simulate import with_profile
     from sim.pricing import make_cost_model
 
@@ -95,6 +96,7 @@ def validate(scenario, profile_path: str | Path, url: str, model: str, *, source
     vocab = load_vocab(url, tokenizer)
     prober = Prober(Options(url=url, model=model, timeout_s=request_timeout), PromptBuilder(vocab, 16, 99),
                     metrics=False, time_limit_s=time_limit, who="validation")
+    prober.context = read_server(url).context_for(model)
     prober.phase = "the speed probe before"
     before = speed_probe(prober)
     runs = []

@@ -92,7 +92,7 @@ def step_tokens(s: Scenario) -> int:
     """The most tokens one step of the scenario's policy can hold (at most the model's length
     for whole-prompt prefills)."""
     sched = s.scheduler
-    if sched.policy == "chunked-prefill":
+    if sched.policy in ("chunked-prefill", "slots"):
         return sched.chunk_size
     if sched.policy == "continuous":
         return sched.max_batched_tokens

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-Policy = Literal["static", "continuous", "chunked-prefill"]  # how an engine batches
+Policy = Literal["static", "continuous", "chunked-prefill", "slots"]  # how an engine batches
 RouterPolicy = Literal["round-robin", "least-outstanding", "least-kv", "power-of-two", "prefix-affinity"]
 Role = Literal["colocated", "prefill", "decode"]  # what a replica's engines do (disaggregation)
 # prefix-affinity: where a prompt with no remembered prefix goes

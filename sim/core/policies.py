@@ -9,6 +9,11 @@
   running decodes go first, one token each (and k with speculative decoding: the drafts they
   verify), then chunks of prompts part-way through, then new requests from the queue. Long
   prompts no longer stall everybody's decodes.
+- **slots** (llama.cpp's server): ``max_num_seqs`` slots, each with its own context of
+  ``slot_context`` tokens allocated when the server starts; a request takes a free slot, one
+  longer than a slot is refused, and a step is built as chunked prefill's (every decoding slot's
+  token first, then prompt tokens up to ``n_batch``). The engine's KV blocks are the slots'
+  contexts (``sim/scenario/schema.py: Scheduler``), so a running request never waits for memory.
 - **static**: gather up to N requests (or wait at most a timeout), then run the batch until
   its longest member finishes; nobody joins mid-batch, and KV memory for every member's whole
   prompt + output is reserved up front, as engines without paging do.
@@ -27,7 +32,7 @@ from sim.core.admission import RUNNING, add_row, admit_waiting, free_seats
 from sim.core.jit import jit, leaf
 from sim.core.plan import is_decode, shape_into
 from sim.core.preemption import grow, swap_in_waiting
-from sim.core.state import CHUNKED_PREFILL, CONTINUOUS, STATIC, Clock, Counter, FloatSetting, Setting
+from sim.core.state import CHUNKED_PREFILL, CONTINUOUS, SLOTS, STATIC, Clock, Counter, FloatSetting, Setting
 
 BIG = np.int64(1) << np.int64(62)
 
@@ -149,6 +154,8 @@ def schedule(c, e, now):
         chunked(c, e)
     elif policy == STATIC:
         static(c, e, now)
+    elif policy == SLOTS:
+        chunked(c, e)  # a slot's batch: decodes first, then prompts up to n_batch (the slots are its seats)
     pn = c.counters[e, Counter.PN]
     if pn == 0:
         return 0

@@ -41,7 +41,8 @@ class RejectReason(IntEnum):
 _REASON_TEXT = {
     RejectReason.NONE: "",
     RejectReason.EXCEEDS_KV_CAPACITY: "prompt + output exceed the replica's KV cache capacity",
-    RejectReason.EXCEEDS_MAX_MODEL_LEN: "prompt + output exceed the model's max length",
+    RejectReason.EXCEEDS_MAX_MODEL_LEN: ("prompt + output exceed what one sequence may hold (the model's max "
+                                         "length; with slots, a slot's context)"),
     RejectReason.EXCEEDS_BATCH_TOKENS: "prompt exceeds max_batched_tokens and chunking is off",
 }
 

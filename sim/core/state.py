@@ -86,7 +86,7 @@ FleetTime = columns("FleetTime", "SINCE READY_AT",
 OFF, PROVISIONING, ACTIVE, DRAINING = range(4)
 FLEET_STATES = ("off", "provisioning", "active", "draining")
 # Codes of the scenario's names (sim/vocab.py): a new name fails here until it has its constant.
-STATIC, CONTINUOUS, CHUNKED_PREFILL = POLICIES.values()
+STATIC, CONTINUOUS, CHUNKED_PREFILL, SLOTS = POLICIES.values()
 COLOCATED, PREFILL, DECODE = ROLES.values()
 FRONT, BACK = 0, 1
 ROUND_ROBIN, LEAST_OUTSTANDING, LEAST_KV, POWER_OF_TWO, PREFIX_AFFINITY = ROUTERS.values()
@@ -188,7 +188,10 @@ def engines_of(scenario) -> list[EngineSpec]:
     for spec in scenario.replica_specs:
         hw, mem, pp = spec.hardware, spec.memory, spec.hardware.pp
         host = int(hw.host_memory_gb * GiB // (mem.kv_bytes_per_token * mem.block_size)) // pp
-        out += [EngineSpec(spec.scheduler, mem.num_blocks // pp, mem.block_size, scenario.model_spec.max_model_len,
+        max_len = scenario.model_spec.max_model_len
+        if spec.scheduler.slot_context is not None:  # slots: a request longer than a slot is refused
+            max_len = min(max_len, spec.scheduler.slot_context)
+        out += [EngineSpec(spec.scheduler, mem.num_blocks // pp, mem.block_size, max_len,
                            spec.index, spec.role, host, hw.tp, mem.window_blocks, mem.window_ppm)] * pp
     return out
 
@@ -276,7 +279,8 @@ def core_of(engines: list[EngineSpec], requests: RequestTable, *, seed: int = 0,
         replicas[x.replica, Replica.COUNT] += 1
         put(settings[e], Setting, policy=POLICIES[s.policy], num_blocks=x.num_blocks, block_size=x.block_size,
             max_seqs=s.max_num_seqs, max_batched=s.max_batched_tokens, chunk=s.chunk_size,
-            watermark=0 if s.policy == "static" else int(s.watermark * x.num_blocks), batch_size=s.batch_size,
+            watermark=0 if s.policy in ("static", "slots") else int(s.watermark * x.num_blocks),
+            batch_size=s.batch_size,
             swap=s.preemption == "swap", prefix=s.prefix_caching,
             spec_k=s.speculative.num_tokens if s.speculative else 0, role=ROLES[x.role], replica=x.replica,
             max_len=x.max_model_len, tp=x.tp, multi_step=s.num_scheduler_steps, window_blocks=x.window_blocks,

@@ -21,6 +21,8 @@ from importlib import resources
 
 import yaml
 
+from sim.scenario.engines import fitted as engine_fitted
+
 FILE = "error_bands.yaml"
 METRICS = ("ttft", "tpot", "e2e", "throughput")  # the benchmark's families: ttft, itl-tpot, e2e, throughput
 LABELS = {"ttft": "TTFT", "tpot": "TPOT/ITL", "e2e": "E2E", "throughput": "throughput"}
@@ -169,6 +171,8 @@ def _replica_keys(scenario) -> list[dict | str]:
         if not isinstance(hw.gpu, str):
             why = f"the GPU {hw.gpu_name} is defined in the scenario: no published case ran on it"
             keys: dict | str = why
+        elif not engine_fitted(scenario.engine.name):
+            keys = f"the engine {scenario.engine.name} has no published case: its overheads are not fitted"
         else:
             keys = {"gpu": hw.gpu_name, "arch": hw.gpu_spec.arch, "engine": scenario.engine.name,
                     "dtype": dtype_group(scenario.quantization.weights, model), "model": model_kind(model)}

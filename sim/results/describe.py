@@ -9,7 +9,7 @@ from sim.results import fmt
 from sim.results.money import price_sources
 
 POLICY_NAMES = {"static": "static batching", "continuous": "continuous batching",
-                "chunked-prefill": "chunked prefill"}
+                "chunked-prefill": "chunked prefill", "slots": "fixed slots"}
 ROLE_NAMES = {"colocated": "", "prefill": "prefill pool: ", "decode": "decode pool: "}
 
 
@@ -85,9 +85,11 @@ def scheduler_text(sch) -> str:
         bits.append(f"batches of {sch.batch_size}, {fmt.duration(sch.batch_timeout_s)} timeout")
     elif sch.policy == "chunked-prefill":
         bits.append(f"{sch.chunk_size:,}-token step budget, ≤ {sch.max_num_seqs} sequences")
+    elif sch.policy == "slots":
+        bits.append(f"{sch.max_num_seqs} slots of {sch.slot_context:,} tokens, {sch.chunk_size:,}-token batches")
     else:
         bits.append(f"≤ {sch.max_batched_tokens:,} tokens and {sch.max_num_seqs} sequences per step")
-    if sch.policy != "static":
+    if sch.policy not in ("static", "slots"):
         bits.append(f"preemption by {sch.preemption}")
     if sch.prefix_caching:
         bits.append("prefix caching")

@@ -26,7 +26,7 @@ def presets() -> dict[str, dict]:
     return yaml.safe_load(resources.files("sim.scenario.data").joinpath(FILE).read_text())
 
 
-ENGINE_NAMES = ("vllm", "sglang", "tensorrt-llm", "lmdeploy")
+ENGINE_NAMES = ("vllm", "sglang", "tensorrt-llm", "lmdeploy", "llama.cpp")
 
 
 @dataclass(frozen=True)
@@ -52,10 +52,16 @@ def engine_cost(name: str, **overrides: float | None) -> EngineCost:
     """The engine's fitted overheads, with any given (not None) override."""
     from sim.scenario.specs.efficiency import calibrated
 
-    base = calibrated()["engines"][name]
+    base = calibrated()["engines"].get(name, {}) if fitted(name) else {}
     default = EngineCost()
     return EngineCost(**{f: float(overrides[f] if overrides.get(f) is not None else base.get(f, getattr(default, f)))
                          for f in COST_FIELDS})
+
+
+def fitted(name: str) -> bool:
+    """Whether the engine's runtime overheads were fitted on published cases (an engine without
+    them is priced by the roofline alone, and its runs say so)."""
+    return presets()[name].get("fitted", True)
 
 
 def memory_of(name: str) -> str:

@@ -180,6 +180,8 @@ def check_feasible(s: Scenario, source: str) -> None:
                 f"{mem.weight_bytes / gib:.1f} GiB + activations {mem.activation_bytes / gib:.1f} GiB "
                 f"per GPU exceed the usable {mem.usable_bytes / gib:.1f} GiB; expected more GPUs "
                 "(tp/pp) or a larger GPU")
+        if r.scheduler.policy == "slots":
+            check_slots(s, r, source)
         if reason := r.gpu.tp_refusal(hw.tp):
             raise ScenarioError(source, f"{field}.tp", reason)
         if spec.num_heads % hw.tp or (spec.num_kv_heads % hw.tp and hw.tp % spec.num_kv_heads):
@@ -192,6 +194,28 @@ def check_feasible(s: Scenario, source: str) -> None:
             raise ScenarioError(source, f"{field}.expert_parallel",
                                 f"needs tp to divide the model's {spec.num_experts} experts "
                                 f"({'a dense model' if not spec.is_moe else ''})".replace(" ()", ""))
+
+
+def check_slots(s, r, source: str) -> None:
+    """A slots engine (llama.cpp) allocates every slot's context when it starts: its KV blocks are
+    those contexts, so they are not set by hand and must fit in the memory the weights leave."""
+    sch, mem = r.scheduler, r.memory
+    where = _group_field(s, r, "scheduler")
+    if r.hardware.kv_blocks is not None:
+        raise ScenarioError(source, f"{_group_field(s, r, 'hardware')}.kv_blocks",
+                            "a slots engine's KV cache is its slots' contexts (max_num_seqs × slot_context); "
+                            "expected it unset")
+    if sch.slot_context > s.model_spec.max_model_len:
+        raise ScenarioError(source, f"{where}.slot_context",
+                            f"{sch.slot_context:,} tokens exceed {s.model_spec.name}'s {s.model_spec.max_model_len:,}")
+    per_block = mem.kv_bytes_per_token * mem.block_size
+    need = mem.num_blocks * per_block
+    if need > mem.kv_bytes:
+        gib = 1024**3
+        raise ScenarioError(source, f"{where}.slot_context",
+                            f"{sch.max_num_seqs} slots of {sch.slot_context:,} tokens need {need / gib:.2f} GiB of KV "
+                            f"cache per GPU, more than the {max(mem.kv_bytes, 0) / gib:.2f} GiB the weights and "
+                            "activations leave; expected fewer or shorter slots")
 
 
 MAX_SAMPLES_IN_FLIGHT = 1000  # samples taken but not yet visible (router.delay_s / router.refresh_s)

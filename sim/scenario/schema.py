@@ -32,6 +32,7 @@ from sim.scenario.engines import (
     memory_of,
     with_engine_defaults,
 )
+from sim.scenario.engines import fitted as engine_fitted
 from sim.scenario.gpu_input import GpuField
 from sim.scenario.memory import MemoryBudget, memory_budget
 from sim.scenario.specs import GpuSpec, ModelSpec, get_gpu, get_model, model_from_hf_config
@@ -300,6 +301,11 @@ def rate_for_mean_length(mean: float, k: int) -> float:
 
 
 class Scheduler(Strict):
+    """How an engine batches (``sim/core/policies.py``). ``slots`` is llama.cpp's server:
+    ``max_num_seqs`` slots (``--parallel``), each with its own context of ``slot_context`` tokens
+    (its ``/props`` ``n_ctx``: ``-c`` over the slots), all allocated at start; ``chunk_size`` is its
+    ``n_batch`` (2048 by default), the tokens one step takes."""
+
     policy: Policy = "continuous"
     max_num_seqs: PositiveInt = 256
     max_batched_tokens: PositiveInt = 8192  # tokens in one step (continuous batching)
@@ -312,10 +318,11 @@ class Scheduler(Strict):
     prefix_caching: bool = False
     speculative: Speculative | None = None
     num_scheduler_steps: PositiveInt = 1  # continuous: decode rounds of this many steps (vLLM multi-step)
+    slot_context: PositiveInt | None = None  # slots: tokens each slot holds (prompt + output)
 
     @model_validator(mode="after")
     def _budget_holds_decodes(self):
-        if self.policy == "chunked-prefill" and self.chunk_size < self.max_num_seqs:
+        if self.policy in ("chunked-prefill", "slots") and self.chunk_size < self.max_num_seqs:
             raise ValueError(
                 f"chunk_size ({self.chunk_size}) must be ≥ max_num_seqs ({self.max_num_seqs}): "
                 "every running request decodes one token of the step's budget")
@@ -325,6 +332,16 @@ class Scheduler(Strict):
                                         or self.speculative):
             raise ValueError("static batching reserves memory whole: prefix_caching, swap "
                              "preemption and speculative decoding need continuous or chunked-prefill")
+        if (self.policy == "slots") != (self.slot_context is not None):
+            raise ValueError("slot_context: give it with policy slots (the tokens each slot holds), and only then")
+        if self.policy == "slots":
+            for name, bad, why in (
+                    ("prefix_caching", self.prefix_caching, "llama.cpp reuses a slot's own last prompt, which is "
+                                                            "not modelled"),
+                    ("preemption", self.preemption == "swap", "a slot holds its whole context: nothing is preempted"),
+                    ("speculative", self.speculative, "llama.cpp's draft-model speculation is not modelled")):
+                if bad:
+                    raise ValueError(f"{name}: not with policy slots ({why})")
         return self
 
 
@@ -592,9 +609,10 @@ class Scenario(Strict):
         if self.disaggregation is not None:
             for role in ("prefill", "decode"):
                 sch = getattr(self.disaggregation, role).scheduler or self.scheduler
-                if sch.policy == "static":
-                    raise ValueError(f"disaggregated pools need continuous or chunked-prefill scheduling: a static "
-                                     f"batch cannot take in requests handed over mid-way (the {role} pool's is static)")
+                if sch.policy in ("static", "slots"):
+                    raise ValueError(f"disaggregated pools need continuous or chunked-prefill scheduling: a "
+                                     f"{sch.policy} engine cannot take in requests handed over mid-way (the {role} "
+                                     f"pool's is {sch.policy})")
         return self
 
     # Set by the loader, never by the file: ``base_dir`` is where relative paths in the
@@ -613,6 +631,10 @@ class Scenario(Strict):
         """What the model's description leaves out or approximates (a vision tower not modelled,
         a freed sliding-window share still found by prefix caching), for the run's warnings."""
         notes = [f"{self.model_spec.name}: {n}" for n in self.model_spec.notes]
+        if not engine_fitted(self.engine.name) and self.cost.model != "profile":
+            notes.append(f"engine {self.engine.name}: its runtime overheads are not fitted (no published case ran "
+                         "on it), so the roofline alone prices its steps; calibrate against the server "
+                         "(servesim calibrate --endpoint) for its own costs")
         for r in self.replica_specs:
             notes += [n for n in r.memory.notes if n not in notes]
         return notes
@@ -622,15 +644,16 @@ class Scenario(Strict):
         return self.hardware.gpu_spec
 
     def memory_for(self, hw: Hardware, sch: Scheduler) -> MemoryBudget:
-        step_tokens = sch.chunk_size if sch.policy == "chunked-prefill" else sch.max_batched_tokens
+        step_tokens = sch.chunk_size if sch.policy in ("chunked-prefill", "slots") else sch.max_batched_tokens
         act = None if hw.activation_reserve_gb is None else hw.activation_reserve_gb * 1024**3
+        slots = sch.max_num_seqs * -(-sch.slot_context // sch.block_size) if sch.policy == "slots" else None
         return memory_budget(
             self.model_spec, hw.gpu_spec, tp=hw.tp, pp=hw.pp,
             utilization=hw.memory_utilization, block_size=sch.block_size,
             max_batched_tokens=step_tokens, max_num_seqs=sch.max_num_seqs,
             activation_bytes=act, weight_dtype=self.quantization.weights,
             kv_dtype=self.quantization.kv_cache, expert_parallel=hw.expert_parallel,
-            fixed_blocks=hw.kv_blocks, share_of=self.engine.memory_share_of,
+            fixed_blocks=slots or hw.kv_blocks, share_of=self.engine.memory_share_of,
             draft_weight_bytes=self._draft_head_bytes(sch), prefix_caching=sch.prefix_caching,
         )
 

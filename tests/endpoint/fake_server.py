@@ -4,7 +4,10 @@ One asyncio engine loop: each step takes decodes first, then prefill chunks up t
 budget, at most ``max_seqs`` running, and lasts ``c0 + c_tok·tokens + c_seq·seqs`` seconds; a
 request reaches the engine ``overhead`` seconds after it is received. It serves
 ``/v1/models``, streaming ``/v1/completions`` (prompt as token ids; usage at the end),
-``/version`` and a vLLM-like ``/metrics`` — enough to calibrate and validate against it.
+``/version`` and a vLLM-like ``/metrics`` — enough to calibrate and validate against it; as
+llama.cpp's server (``flavor="llama.cpp"``: ``/props``, ``/slots``, ``llamacpp:*`` metrics, no
+``/version``) or SGLang (``/get_server_info``), it publishes its limits as they do. A request
+longer than ``n_ctx`` is refused with HTTP 400, as the engines refuse it.
 
 ``FakeServer.fault(mode, every)`` makes every ``every``-th completion request hostile (see
 ``FAULTS``); ``close-reused`` instead drops every request that arrives on a kept-alive
@@ -33,6 +36,7 @@ class Cost:
     overhead: float = 0.004
     block_size: int = 16
     kv_blocks: int = 4096
+    n_ctx: int = 1024  # tokens one sequence (llama.cpp: one slot) may hold
 
 
 FAULTS = {
@@ -126,6 +130,14 @@ class FakeEngine:
                 if r.generated >= r.max_tokens:
                     self.running.remove(r)
 
+    def metrics_llama_cpp(self) -> str:
+        """llama.cpp's names (``--metrics``): requests processing (in a slot) and deferred."""
+        return "\n".join(["# TYPE llamacpp:requests_processing gauge",
+                          f"llamacpp:requests_processing {len(self.running)}",
+                          "# TYPE llamacpp:requests_deferred gauge",
+                          f"llamacpp:requests_deferred {len(self.waiting)}",
+                          f"llamacpp:n_decode_total {len(self.iterations)}"]) + "\n"
+
     def metrics(self) -> str:
         c = self.cost
         lines = [f'vllm:num_requests_running{{engine="0"}} {len(self.running)}',
@@ -142,8 +154,13 @@ class FakeEngine:
         return "\n".join(lines) + "\n"
 
 
+FLAVORS = ("vllm", "llama.cpp", "sglang")
+
+
 def make_app(cost: Cost, model: str = "fake", root: str | None = None,
-             faults: Faults | None = None) -> tuple[web.Application, dict]:
+             faults: Faults | None = None, flavor: str = "vllm") -> tuple[web.Application, dict]:
+    """``flavor``: whose identity and limits the server publishes, in that engine's places and
+    shapes (``endpoint/server_info.py``); the engine behind them is the same."""
     holder: dict = {"faults": faults or Faults()}
     released = asyncio.Event()  # a stalled stream waits for the server's shutdown
 
@@ -160,14 +177,37 @@ def make_app(cost: Cost, model: str = "fake", root: str | None = None,
     async def models(request):
         if holder["faults"].models is not None:
             return web.json_response(holder["faults"].models)
+        if flavor == "llama.cpp":  # no max_model_len; meta.n_ctx_train is the model's, not the server's
+            return web.json_response({"object": "list", "data": [
+                {"id": model, "object": "model", "owned_by": "llamacpp", "created": 0,
+                 "meta": {"n_ctx_train": 8192, "n_vocab": 49152, "n_params": 134515008}}]})
         return web.json_response({"object": "list", "data": [
-            {"id": model, "object": "model", "root": root, "max_model_len": 1024}]})
+            {"id": model, "object": "model", "root": root, "max_model_len": cost.n_ctx,
+             "owned_by": flavor}]})
 
     async def version(request):
         return web.json_response({"version": "fake-1"})
 
     async def metrics(request):
+        if flavor == "llama.cpp":
+            return web.Response(text=holder["engine"].metrics_llama_cpp())
         return web.Response(text=holder["engine"].metrics())
+
+    async def props(request):
+        return web.json_response({"default_generation_settings": {"n_ctx": cost.n_ctx, "params": {}},
+                                  "total_slots": cost.max_seqs, "model_path": f"/models/{model}.gguf",
+                                  "build_info": "b0-fake"})
+
+    async def slots(request):
+        return web.json_response([{"id": i, "n_ctx": cost.n_ctx, "is_processing": False}
+                                  for i in range(cost.max_seqs)])
+
+    async def server_info(request):
+        return web.json_response({"model_path": model, "context_length": cost.n_ctx,
+                                  "chunked_prefill_size": cost.budget, "max_running_requests": None,
+                                  "page_size": 1, "version": "fake-0.5",
+                                  "internal_states": [{"max_total_num_tokens": cost.kv_blocks * cost.block_size,
+                                                       "max_running_requests": cost.max_seqs}]})
 
     async def completions(request):
         body = await request.json()
@@ -175,6 +215,10 @@ def make_app(cost: Cost, model: str = "fake", root: str | None = None,
             return web.json_response({"error": {"message": "no such model"}}, status=404)
         prompt = body["prompt"]
         n = len(prompt) if isinstance(prompt, list) else len(str(prompt).split())
+        if n + int(body.get("max_tokens") or 0) > cost.n_ctx:  # as the engines refuse it
+            return web.json_response({"error": {"code": 400, "type": "exceed_context_size_error",
+                                                "message": "the request exceeds the available context size"}},
+                                     status=400)
         fault = holder["faults"].pick(request.transport)
         if fault == "close-reused":
             request.transport.close()
@@ -228,8 +272,14 @@ def make_app(cost: Cost, model: str = "fake", root: str | None = None,
     app.on_cleanup.append(stop)
     app.on_shutdown.append(shutdown)
     app.router.add_get("/v1/models", models)
-    app.router.add_get("/version", version)
     app.router.add_get("/metrics", metrics)
+    if flavor == "vllm":
+        app.router.add_get("/version", version)
+    elif flavor == "llama.cpp":
+        app.router.add_get("/props", props)
+        app.router.add_get("/slots", slots)
+    else:
+        app.router.add_get("/get_server_info", server_info)
     app.router.add_post("/v1/completions", completions)
     return app, holder
 
@@ -238,7 +288,10 @@ class FakeServer:
     """Runs the app on 127.0.0.1 in a background thread (``with FakeServer(...) as url:``)."""
 
     def __init__(self, cost: Cost | None = None, root: str | None = None, fault: str | None = None,
-                 every: int = 1):
+                 every: int = 1, flavor: str = "vllm"):
+        if flavor not in FLAVORS:
+            raise ValueError(f"no flavor {flavor!r}: {', '.join(FLAVORS)}")
+        self.flavor = flavor
         self.cost = cost or Cost()
         self.root = root
         self.faults = Faults()
@@ -252,7 +305,7 @@ class FakeServer:
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
-        app, self.holder = make_app(self.cost, root=self.root, faults=self.faults)
+        app, self.holder = make_app(self.cost, root=self.root, faults=self.faults, flavor=self.flavor)
         self.runner = web.AppRunner(app, shutdown_timeout=5.0)
         self.loop.run_until_complete(self.runner.setup())
         self.loop.run_until_complete(web.TCPSite(self.runner, "127.0.0.1", self.port).start())

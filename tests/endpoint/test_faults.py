@@ -16,7 +16,8 @@ from endpoint.failures import describe, failure_counts, kind_of
 from endpoint.loadgen import Request, emits_token
 from endpoint.probes import GapPoint, ProbeData, TtftPoint
 from endpoint.records import itl_frame, requests_frame, write_run
-from endpoint.server_metrics import identity, published_int
+from endpoint.server_info import from_answers
+from endpoint.server_metrics import identity
 from sim.cli.app import main
 from sim.errors import InputError
 from sim.pricing.profile import Device, LinearFit, Ops, Profile, Table, save_profile
@@ -123,11 +124,13 @@ def test_what_the_server_publishes_is_checked(server, tmp_path, capsys):
     assert identity(server.url)["models"] == []
     server.faults.models = {"data": [{"id": "fake", "root": server.root, "max_model_len": "lots"}]}
     assert calibrate(server, tmp_path) == 2
-    assert "the server publishes max_model_len = 'lots', not a positive whole number" in capsys.readouterr().err
-    assert published_int("u", "x", None) is None and published_int("u", "x", 2048.0) == 2048
-    for bad in (0, -1, 1.5, "x", [1]):
-        with pytest.raises(InputError, match="not a positive whole number"):
-            published_int("u", "x", bad)
+    assert ("the server publishes /v1/models max_model_len = 'lots', not a positive whole number"
+            in capsys.readouterr().err)
+    assert from_answers("u", {"/props": {"total_slots": 2048.0}}).max_seqs == 2048
+    for bad in (0, -1, 1.5, "x", [1], True):
+        info = from_answers("u", {"/props": {"total_slots": bad}})
+        assert info.max_seqs is None and info.problems == [
+            f"the server publishes /props total_slots = {bad!r}, not a positive whole number"]
 
 
 def test_failures_are_counted_by_kind():

@@ -148,6 +148,10 @@ FEATURES = {
                             "quantization": {"weights": "fp8", "kv_cache": "fp8"}, **BURSTY},
     "closed-loop-rejects": {"workload__arrival": {"process": "closed", "concurrency": 5},
                             "workload__prompt_len": {"dist": "uniform", "min": 4000, "max": 9000}},
+    # llama.cpp's fixed slots: requests longer than a slot rejected, the slots' contexts as KV
+    "slots": {"engine": "llama.cpp", "scheduler__max_num_seqs": 4, "scheduler__slot_context": 1024,
+              "scheduler__chunk_size": 512, "workload__prompt_len": {"dist": "uniform", "min": 16, "max": 1200},
+              **BURSTY},
 }
 
 

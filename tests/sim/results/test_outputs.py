@@ -156,7 +156,7 @@ def test_a_run_that_rejects_every_request_exits_3(tmp_path, capsys):
                     "prompt_len: {dist: fixed, value: 100000}}\n")
     code, text = run(capsys, "run", path, "--out", tmp_path / "out")
     assert code == 3
-    assert "every request was rejected" in text and "exceed the model's max length (5)" in text
+    assert "every request was rejected" in text and "a slot's context) (5)" in text and "the model's max length" in text
     assert len(pd.read_parquet(tmp_path / "out" / "requests.parquet")) == 5  # results still written
 
 
