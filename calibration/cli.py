@@ -83,6 +83,8 @@ def register(sub) -> None:
     p.add_argument("--no-step", action="store_true", help="skip the whole-step fit")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--force", action="store_true", help="with --endpoint: write the profile even when its "
+                   "saturation check misses the measured closed loop by more than 5%%")
     add_engine_options(p)
     add_endpoint_options(p, "calibrate")
     p.set_defaults(func=cmd_calibrate)

@@ -309,12 +309,37 @@ def _fragment(s: Settings, sched: dict, kv_blocks: int | None) -> dict:
     return frag
 
 
+SELF_CHECK = 0.05  # the saturation check's largest relative miss a profile is written with (else --force)
+
+
 def saturation_check(profile_path: Path, fragment: dict, data: ProbeData, base_dir: Path) -> dict:
-    """Simulate the saturation probe's closed loop with the fitted profile."""
+    """Simulate the saturation probe's closed loop with the fitted profile; beside the rates,
+    each request's TTFT and its time per output token, measured and simulated (medians)."""
     sat = data.saturation
     recs = [r for r in sat["records"] if not r.error]
     out = simulate_saturation(profile_path, fragment, {**sat, "requests": len(recs)}, base_dir)
+    out["ttft_measured_s"] = float(np.median([r.first_token - r.sent for r in recs])) if recs else float("nan")
+    out["tpot_measured_s"] = float(np.median([(r.last_token - r.first_token) / max(len(r.gaps), 1)
+                                              for r in recs])) if recs else float("nan")
     return {**out, "steady_itl_measured_s": _median_itl(recs)}
+
+
+def disagreement(sat: dict) -> str | None:
+    """None when the saturation check is within SELF_CHECK; else what disagrees: the rate, and
+    which of the requests' two stages (the wait for the first token: prefill and queueing; the
+    decode after it) the simulation misses most."""
+    if abs(sat["rel_diff"]) <= SELF_CHECK:
+        return None
+    parts = []
+    for stage, key in (("time to first token (prefill and queueing)", "ttft"), ("time per output token "
+                                                                                "(decode steps)", "tpot")):
+        m, s = sat.get(f"{key}_measured_s"), sat.get(f"{key}_simulated_s")
+        if m and s and m == m and s == s and m > 0:
+            parts.append((abs(s / m - 1), f"{stage}: simulated {s * 1e3:.1f} ms, measured {m * 1e3:.1f} ms"))
+    worst = f"; most off: {max(parts)[1]}" if parts else ""
+    return (f"the profile's saturation check misses by {sat['rel_diff']:+.1%} (closed loop of {sat['concurrency']}: "
+            f"simulated {sat['simulated_req_per_s']:.3g} req/s, measured {sat['measured_req_per_s']:.3g}), more than "
+            f"{SELF_CHECK:.0%}{worst}")
 
 
 def simulate_saturation(profile_path: Path, fragment: dict, sat: dict, base_dir: Path) -> dict:
@@ -336,7 +361,8 @@ def simulate_saturation(profile_path: Path, fragment: dict, sat: dict, base_dir:
     sim_rate = len(fin) / float(fin["completion"].max())
     measured = sat["measured_req_per_s"]
     return {"concurrency": sat["concurrency"], "requests": n, "measured_req_per_s": measured,
-            "simulated_req_per_s": sim_rate, "rel_diff": sim_rate / measured - 1}
+            "simulated_req_per_s": sim_rate, "rel_diff": sim_rate / measured - 1,
+            "ttft_simulated_s": float(fin["ttft"].median()), "tpot_simulated_s": float(fin["tpot"].median())}
 
 
 def refit(profile: Profile, how: str = "median", floor: bool = True) -> Profile:

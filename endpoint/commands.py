@@ -55,7 +55,7 @@ def calibrate_endpoint(args) -> int:
     import yaml
 
     from calibration.command_io import check_profile_out, write_profile
-    from endpoint.calibrate import Settings, calibrate, keep_partial, saturation_check
+    from endpoint.calibrate import Settings, calibrate, disagreement, keep_partial, saturation_check
     from endpoint.cli import limits
     from endpoint.measure import check_url, served_model
     from endpoint.probes import ProbeData
@@ -79,17 +79,27 @@ def calibrate_endpoint(args) -> int:
         kept = keep_partial(data, path)
         raise InputError(e.source, e.field, f"{e.message}; no profile written, the measurements so far "
                          f"are in {kept}") from None
-    write_profile(profile, path)  # the saturation check simulates with it
+    unchecked = path.with_suffix(".unchecked.json")
+    write_profile(profile, unchecked)  # the saturation check simulates with it
+    try:
+        sat = saturation_check(unchecked, fragment, data, path.parent)
+    finally:
+        unchecked.unlink(missing_ok=True)
+    grid = dict(profile.grid)
+    grid["fit"] = {**grid["fit"], "saturation": sat}
+    grid["phases_s"] = data.phases_s
+    off = disagreement(sat)
+    if off and not args.force:
+        kept = keep_partial(data, path)
+        raise InputError("--endpoint", url, f"{off}; no profile written (--force writes it anyway), the "
+                         f"measurements are in {kept}")
+    notes = list(profile.notes) + ([f"written with --force: {off}"] if off else [])
+    profile = profile.model_copy(update={"grid": grid, "notes": notes})
+    write_profile(profile, path)
     frag_path = path.with_suffix(".scenario.yaml")
     fragment["cost"]["profile"] = path.name
     write_text(frag_path, "# scheduler inferred by servesim calibrate --endpoint; merge into a scenario\n"
                + yaml.safe_dump(fragment, sort_keys=False))
-    sat = saturation_check(path, fragment, data, path.parent)
-    grid = dict(profile.grid)
-    grid["fit"] = {**grid["fit"], "saturation": sat}
-    grid["phases_s"] = data.phases_s
-    profile = profile.model_copy(update={"grid": grid})
-    write_profile(profile, path)
     st = grid["fit"]["step"]
     console.print(f"calibrated {served} at {url} in {data.phases_s['total']:.0f} s; profile in {path}, "
                   f"scheduler in {frag_path}")

@@ -77,5 +77,25 @@ def test_calibrate_endpoint_writes_the_profile_and_its_scheduler(fake_server, tm
     assert p.grid["fit"]["saturation"]["rel_diff"] == 0.05 and p.grid["phases_s"] == {"total": 1.0}
     frag = yaml.safe_load(out.with_suffix(".scenario.yaml").read_text())
     assert frag["scheduler"]["chunk_size"] == 128 and frag["cost"]["profile"] == "p.json"
-    assert not list(tmp_path.glob(".*"))  # no temporary files left behind
+    assert not list(tmp_path.glob(".*")) and not list(tmp_path.glob("*.unchecked.json"))  # no temporary files
     assert "saturation (closed loop of 4)" in capsys.readouterr().out
+
+    # a profile whose saturation check misses by more than 5% is not written, unless forced
+    def off_check(path, frag, data, folder):
+        return {"concurrency": 4, "measured_req_per_s": 2.0, "simulated_req_per_s": 2.3, "rel_diff": 0.15,
+                "ttft_measured_s": 0.2, "ttft_simulated_s": 0.21, "tpot_measured_s": 0.05, "tpot_simulated_s": 0.04}
+
+    monkeypatch.setattr("endpoint.calibrate.saturation_check", off_check)
+    monkeypatch.setattr("endpoint.calibrate.keep_partial", lambda data, path: path.with_suffix(".partial.json"))
+    off = tmp_path / "off.json"
+    assert run_cli("calibrate", "--endpoint", fake_server, "--model", "tiny-llama-12m", "--out", off,
+                   "--no-progress") == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "misses by +15.0%" in err and "most off: time per output token (decode steps): simulated 40.0 ms, " \
+        "measured 50.0 ms" in err and "--force" in err
+    assert not off.exists() and not off.with_suffix(".scenario.yaml").exists()
+    assert not list(tmp_path.glob("*.unchecked.json"))
+    assert run_cli("calibrate", "--endpoint", fake_server, "--model", "tiny-llama-12m", "--out", off,
+                   "--no-progress", "--force") == 0
+    assert any(n.startswith("written with --force: the profile's saturation check misses by +15.0%")
+               for n in load_profile(off).notes)
