@@ -8,7 +8,8 @@ For each architecture (``benchmarks/vllm_cpu/tiny_models/<name>/config.json``, S
 vocabulary, tens of millions of parameters): assembles its folder with SmolLM2's tokenizer,
 starts vLLM with ``--load-format dummy`` (random weights), its every process on one core
 (``taskset``, one model thread), the load generator on another; calibrates
-(``servesim calibrate --endpoint``, quick); validates a light Poisson workload and one that
+(``servesim calibrate --endpoint``; ``--quick-calibration``: its quick grid); validates a
+light Poisson workload and one that
 runs out of KV cache (vLLM preempts: ``vllm:num_preemptions_total`` before and after each
 measured run), each measured twice; stops the server. Writes ``<out>/<name>/`` (summary.json,
 README.md, profile, validations); ``--commit`` copies them to
@@ -40,6 +41,7 @@ from benchmarks.endpoint_validation import (  # noqa: E402
     validate_one,
     what_is_off,
 )
+from benchmarks.router_check import boost  # noqa: E402
 from benchmarks.vllm_cpu import server as vllm  # noqa: E402
 from benchmarks.vllm_cpu.tiny_models import assemble  # noqa: E402
 
@@ -159,7 +161,9 @@ def run_arch(name: str, args) -> dict:
                      "params_sim": m.num_params, "started_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
                      "load_before": [round(x, 2) for x in load_avg()], "workloads": [],
                      "command": f"python benchmarks/tiny_arch_validation.py --arch {name}"
-                                + (" --quick" if args.quick else "") + (" --commit" if args.commit else "")}
+                                + (" --quick" if args.quick else "")
+                                + (" --quick-calibration" if args.quick_calibration else "")
+                                + (" --commit" if args.commit else ""), "notes": list(args.note or [])}
     model_dir = assemble.assemble(name, Path(args.models), Path(args.tokenizer))
     srv = start_server(name, spec, model_dir, out, args, summary)
     if srv is not None:
@@ -169,9 +173,12 @@ def run_arch(name: str, args) -> dict:
             if cache.get("num_gpu_blocks") and cache.get("block_size"):
                 summary["kv_tokens"] = int(cache["num_gpu_blocks"]) * int(cache["block_size"])
             summary["client_cpus"] = pin_client(args.client_cpu)
+            # the server (its process group) and the load generator ahead of the machine's other jobs
+            summary["priority"] = {"server": boost(srv.proc.pid), "client": boost(0)}
             print(f"{name}: vLLM up in {srv.started_s:.0f} s ({summary['dtype']}); calibrating ...", flush=True)
-            profile, fragment, cal = calibrate_server(srv.url, out, quick=True, served=name, hf_config=hf,
-                                                      time_limit=args.calibration_limit)
+            profile, fragment, cal = calibrate_server(srv.url, out, quick=args.quick_calibration, served=name,
+                                                      hf_config=hf, time_limit=args.calibration_limit)
+            cal["mode"] = "quick" if args.quick_calibration else "full"
             summary["calibration"] = cal
             print(f"{name}: calibrated in {cal['seconds']:.0f} s: {cal['scheduler']}", flush=True)
             for wname, w in workloads(args.quick).items():
@@ -240,15 +247,18 @@ def arch_readme(summary: dict) -> str:
               f"({summary['server'].get('cache_config', {}).get('num_gpu_blocks')} blocks of "
               f"{summary['server'].get('cache_config', {}).get('block_size')})",
               f"- load generator on CPU {summary.get('client_cpus')}, the server on CPU "
-              f"{summary['attempts'][-1]['command'].split('taskset -c ')[1].split()[0]}"]
+              f"{summary['attempts'][-1]['command'].split('taskset -c ')[1].split()[0]}; niceness (server, "
+              f"client): {summary.get('priority') or 'not set'}"]
     if cal:
         sat = cal.get("saturation") or {}
-        lines += [f"- calibration (quick): {cal['seconds']:.0f} s; inferred scheduler {cal['scheduler']}, "
+        lines += [f"- calibration ({cal.get('mode', 'quick')}): {cal['seconds']:.0f} s; inferred scheduler "
+                  f"{cal['scheduler']}, "
                   f"{cal['kv_blocks']} KV blocks; per-request overhead {cal['request_overhead_s'] * 1e3:.1f} ms; "
                   f"fit median error {cal['fit']['median_abs_rel_error']:.1%}; saturation measured "
                   f"{sat.get('measured_req_per_s', float('nan')):.2f} req/s, simulated "
                   f"{sat.get('simulated_req_per_s', float('nan')):.2f}",
                   *(f"- calibration note: {n}" for n in cal.get("notes", []))]
+    lines += [f"- {n}" for n in summary.get("notes", [])]
     lines += ["", f"Targets: median per-request E2E error ≤ {TARGETS['e2e']:.0%} and TTFT ≤ {TARGETS['ttft']:.0%}, "
               "or no larger than the two measured runs' own difference (*spread*). Error: simulation against the "
               "first measured run. Preemptions measured: vLLM's `vllm:num_preemptions_total` after minus before "
@@ -261,9 +271,9 @@ def index_readme(root: Path) -> str:
              "Random-weight models (`--load-format dummy`) of real Hugging Face architectures, shrunk to tens of "
              "millions of parameters with SmolLM2's vocabulary (`benchmarks/vllm_cpu/tiny_models/`), each served by "
              "vLLM-CPU on one core of a shared 2-core machine, calibrated with `servesim calibrate --endpoint` "
-             "(quick) and validated on a light Poisson workload and one that overflows the KV cache "
+             "and validated on a light Poisson workload and one that overflows the KV cache "
              "(`benchmarks/tiny_arch_validation.py`; one folder per architecture with its README, commands and "
-             "flags). `tests/benchmarks/test_tiny_arch_results.py` checks these tables against the files.", "",
+             "flags). `tests/endpoint/test_tiny_arch_results.py` checks these tables against the files.", "",
              f"Targets: median per-request E2E error ≤ {TARGETS['e2e']:.0%} and TTFT ≤ {TARGETS['ttft']:.0%}, or "
              "within the two measured runs' own difference.", ""]
     for f in sorted(root.glob("*/summary.json")):
@@ -273,9 +283,15 @@ def index_readme(root: Path) -> str:
             lines += ["Not served by vLLM-CPU: " + "; ".join(f"`{e}`" for e in s["refused"]), ""]
             continue
         cal = s.get("calibration", {})
-        lines += [f"dtype {s['dtype']}, KV cache {s.get('kv_tokens')} tokens, calibration "
+        lines += [f"dtype {s['dtype']}, KV cache {s.get('kv_tokens')} tokens, calibration ({cal.get('mode', 'quick')}) "
                   f"{cal.get('seconds', float('nan')):.0f} s, run {s['started_utc']} UTC, load average before "
                   f"{s['load_before']} after {s.get('load_after')}.", "", *table(s), ""]
+    quick = sorted((root / "quick-calibration").glob("*/summary.json"))
+    if quick:
+        lines += ["## With servesim's quick calibration grid (`--quick-calibration`, in `quick-calibration/`)", ""]
+    for f in quick:
+        s = json.loads(f.read_text())
+        lines += [f"### {s['arch']}", "", *(f"- {n}" for n in s.get("notes", [])), "", *table(s), ""]
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -291,13 +307,17 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--quick", action="store_true", help="fewer requests per workload")
     p.add_argument("--calibration-limit", type=float, default=540.0, help="seconds for calibration at most")
+    p.add_argument("--quick-calibration", action="store_true",
+                   help="calibrate with servesim's quick grid (decodes probed at contexts up to 256 tokens only: "
+                        "it overpriced the KV-pressure workload's ~750-token decodes by 27-34%% on DeepSeek-V3-tiny)")
+    p.add_argument("--note", action="append", help="a line for the results' README (repeatable)")
     p.add_argument("--readme-only", action="store_true", help="rewrite the README files from the summaries")
     p.add_argument("--commit", action="store_true", help="copy the results to benchmarks/results/vllm-cpu-tiny/")
     args = p.parse_args(argv)
     from endpoint.records import write_text
 
     if args.readme_only:
-        for f in sorted(RESULTS.glob("*/summary.json")):
+        for f in sorted([*RESULTS.glob("*/summary.json"), *RESULTS.glob("quick-calibration/*/summary.json")]):
             write_text(f.parent / "README.md", arch_readme(json.loads(f.read_text())))
         write_text(RESULTS / "README.md", index_readme(RESULTS))
         return 0
