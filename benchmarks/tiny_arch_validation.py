@@ -201,6 +201,55 @@ def run_arch(name: str, args) -> dict:
     return summary
 
 
+def resimulate_arch(name: str, args) -> dict:
+    """No server: ``--out``'s measured runs of ``name`` compared again with the current simulator,
+    its KV blocks read again from the server's cache config kept in the profile
+    (``endpoint.calibrate.kv_blocks_of``)."""
+    import yaml
+
+    from benchmarks.endpoint_validation import resimulate_one
+    from endpoint.calibrate import kv_blocks_of
+    from endpoint.records import write_json, write_text
+    from sim.pricing.profile import load_profile
+    from sim.scenario.specs import model_from_hf_config
+
+    out = Path(args.out) / name
+    summary = json.loads((out / "summary.json").read_text())
+    profile = out / "profile.json"
+    grid = load_profile(profile).grid
+    sched = grid["scheduler"]
+    notes: list[str] = []
+    kv = kv_blocks_of(grid.get("cache_config", {}), model_from_hf_config(TINY / name / "config.json"),
+                      sched["block_size"], sched["max_num_seqs"], notes)
+    fragment = yaml.safe_load(profile.with_suffix(".scenario.yaml").read_text())
+    if kv and kv != (fragment.get("hardware") or {}).get("kv_blocks"):
+        summary.setdefault("notes", []).append(
+            f"resimulated: {notes[0] if notes else f'KV blocks {kv}'}; the measured runs are those of the run "
+            f"(calibration's saturation check was simulated with {summary['calibration']['kv_blocks']} blocks)")
+        fragment["hardware"] = {"kv_blocks": kv}
+        write_text(profile.with_suffix(".scenario.yaml"), yaml.safe_dump(fragment, sort_keys=False))
+        summary["calibration"]["kv_blocks_run"] = summary["calibration"]["kv_blocks"]
+        summary["calibration"]["kv_blocks"] = kv
+    fragment["cost"]["profile"] = str(profile.resolve())
+    todo = workloads("--quick " in summary["command"] + " ")
+    rows = []
+    for r in summary["workloads"]:
+        row = resimulate_one(r["workload"], scenario(r["workload"], fragment, todo[r["workload"]], out), profile, out)
+        row["measured_preemptions"] = r["measured_preemptions"]
+        rows.append(row)
+        print(f"{name} {row['workload']}: E2E {row['e2e_error']:.1%}, TTFT {row['ttft_error']:.1%}, "
+              f"simulated preemptions {row.get('sim_preemptions')}", flush=True)
+    summary["workloads"] = rows
+    summary["resimulated"] = True
+    write_json(out / "summary.json", summary)
+    write_text(out / "README.md", arch_readme(summary))
+    if args.commit:
+        copy_results(out, RESULTS / name, ("summary.json", "README.md", "profile.json", "profile.scenario.yaml",
+                                           "calibration.json"), [r["workload"] for r in rows])
+        write_text(RESULTS / "README.md", index_readme(RESULTS))
+    return summary
+
+
 def run_preemptions(folder: Path) -> list[float | None]:
     """Per measured run: vLLM's preemption counter after minus before."""
     out = []
@@ -311,6 +360,8 @@ def main(argv=None) -> int:
                    help="calibrate with servesim's quick grid (decodes probed at contexts up to 256 tokens only: "
                         "it overpriced the KV-pressure workload's ~750-token decodes by 27-34%% on DeepSeek-V3-tiny)")
     p.add_argument("--note", action="append", help="a line for the results' README (repeatable)")
+    p.add_argument("--resimulate", action="store_true",
+                   help="no server: compare --out's measured runs of --arch again with the current simulator")
     p.add_argument("--readme-only", action="store_true", help="rewrite the README files from the summaries")
     p.add_argument("--commit", action="store_true", help="copy the results to benchmarks/results/vllm-cpu-tiny/")
     args = p.parse_args(argv)
@@ -320,6 +371,11 @@ def main(argv=None) -> int:
         for f in sorted([*RESULTS.glob("*/summary.json"), *RESULTS.glob("quick-calibration/*/summary.json")]):
             write_text(f.parent / "README.md", arch_readme(json.loads(f.read_text())))
         write_text(RESULTS / "README.md", index_readme(RESULTS))
+        return 0
+    if args.resimulate:
+        for name in args.arch:
+            if (Path(args.out) / name / "profile.json").is_file():
+                resimulate_arch(name, args)
         return 0
     if not (vllm.VENV / "bin" / "vllm").is_file():
         print(f"error: no vLLM in {vllm.VENV} (bash benchmarks/vllm_cpu/install.sh)", file=sys.stderr)
