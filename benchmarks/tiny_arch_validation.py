@@ -227,12 +227,18 @@ def resimulate_arch(name: str, args) -> dict:
     if kv and kv != (fragment.get("hardware") or {}).get("kv_blocks"):
         summary.setdefault("notes", []).append(
             f"resimulated: {notes[0] if notes else f'KV blocks {kv}'}; the measured runs are those of the run "
-            f"(calibration's saturation check was simulated with {summary['calibration']['kv_blocks']} blocks)")
+            f"(calibration's saturation check, simulated with {summary['calibration']['kv_blocks']} blocks: "
+            f"{summary['calibration']['saturation']['simulated_req_per_s']:.2f} req/s; below: with {kv})")
         fragment["hardware"] = {"kv_blocks": kv}
         write_text(profile.with_suffix(".scenario.yaml"), yaml.safe_dump(fragment, sort_keys=False))
         summary["calibration"]["kv_blocks_run"] = summary["calibration"]["kv_blocks"]
         summary["calibration"]["kv_blocks"] = kv
     fragment["cost"]["profile"] = str(profile.resolve())
+    sat = summary["calibration"].get("saturation")
+    if sat and summary["calibration"].get("kv_blocks_run"):  # calibration's closed loop with these blocks
+        from endpoint.calibrate import simulate_saturation
+
+        summary["calibration"]["saturation"] = {**sat, **simulate_saturation(profile, fragment, sat, out)}
     todo = workloads("--quick " in summary["command"] + " ")
     rows = []
     for r in summary["workloads"]:
