@@ -105,7 +105,7 @@ def error_line(log: Path) -> str | None:
     later = ("EngineDeadError", "Worker failed", "Engine core initialization failed")
     for line in log.read_text(errors="replace").splitlines():
         m = pat.search(line)
-        if m and not any(x in line for x in later):
+        if m and " WARNING " not in line and not any(x in line for x in later):
             return f"{m.group(1)}: {m.group(2).strip()}"[:300]
     return None
 

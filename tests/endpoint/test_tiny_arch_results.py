@@ -135,7 +135,9 @@ def test_error_line_skips_the_consequences_for_the_cause(tmp_path):
     from benchmarks.tiny_arch_validation import error_line
 
     log = tmp_path / "server.log"
-    log.write_text("INFO up\n(Worker pid=1) ERROR [x.py:1] AssertionError: CPU GDN attention requires BF16.\n"
+    log.write_text("INFO up\n(APIServer pid=3) WARNING 11-28 [system_utils.py:255] Found ulimit ... error: "
+                   "`OSError: [Errno 24] Too many open files`. Consider increasing with ulimit -n\n"
+                   "(Worker pid=1) ERROR [x.py:1] AssertionError: CPU GDN attention requires BF16.\n"
                    "(EngineCore pid=2) ERROR RuntimeError: Worker failed with error 'CPU GDN ...'\n")
     assert error_line(log) == "AssertionError: CPU GDN attention requires BF16."
     assert error_line(tmp_path / "none.log") is None
