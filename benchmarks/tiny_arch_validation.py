@@ -62,7 +62,7 @@ ARCHS = {
                         "kv_bytes": 8 * MiB},
     # vLLM-CPU's gated delta net runs in bfloat16 only (float32 is tried first, for its error)
     "qwen3-next-tiny": {"what": "hybrid gated delta net + gated attention + MoE (Qwen3-Next shape)",
-                        "kv_bytes": 4 * MiB, "dtypes": ["float32", "bfloat16"]},
+                        "kv_bytes": 12 * MiB, "dtypes": ["float32", "bfloat16"]},
 }
 SCHED = {"max_model_len": 2048, "max_num_seqs": 16, "max_num_batched_tokens": 512}
 
