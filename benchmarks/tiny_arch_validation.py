@@ -268,6 +268,14 @@ def run_preemptions(folder: Path) -> list[float | None]:
     return out
 
 
+def kv_size(summary: dict) -> str:
+    """The server's KV cache as it publishes it: tokens (vLLM's own count) and its blocks."""
+    c = summary.get("server", {}).get("cache_config", {})
+    tokens = c.get("kv_cache_size_tokens") or summary.get("kv_tokens")
+    return (f"{tokens} tokens, {c.get('kv_cache_memory_bytes')} bytes ({c.get('num_gpu_blocks')} vLLM blocks of "
+            f"{c.get('block_size')} tokens)")
+
+
 def pct(x) -> str:
     return "–" if x is None else f"{x:.1%}"
 
@@ -301,9 +309,7 @@ def arch_readme(summary: dict) -> str:
         return "\n".join([*lines, "", f"vLLM-CPU does not serve this architecture here: {refused}"]) + "\n"
     cal = summary.get("calibration", {})
     lines += [f"- vLLM {summary['server'].get('version')}, dtype {summary['dtype']}, server start "
-              f"{summary['server_start_s']:.0f} s; KV cache {summary.get('kv_tokens')} tokens "
-              f"({summary['server'].get('cache_config', {}).get('num_gpu_blocks')} blocks of "
-              f"{summary['server'].get('cache_config', {}).get('block_size')})",
+              f"{summary['server_start_s']:.0f} s; KV cache {kv_size(summary)}",
               f"- load generator on CPU {summary.get('client_cpus')}, the server on CPU "
               f"{summary['attempts'][-1]['command'].split('taskset -c ')[1].split()[0]}; niceness (server, "
               f"client): {summary.get('priority') or 'not set'}"]
@@ -343,9 +349,10 @@ def index_readme(root: Path) -> str:
             lines += ["Not served by vLLM-CPU: " + "; ".join(f"`{e}`" for e in s["refused"]), ""]
             continue
         cal = s.get("calibration", {})
-        lines += [f"dtype {s['dtype']}, KV cache {s.get('kv_tokens')} tokens, calibration ({cal.get('mode', 'quick')}) "
+        lines += [f"dtype {s['dtype']}, KV cache {kv_size(s)}, calibration ({cal.get('mode', 'quick')}) "
                   f"{cal.get('seconds', float('nan')):.0f} s, run {s['started_utc']} UTC, load average before "
-                  f"{s['load_before']} after {s.get('load_after')}.", "", *table(s), ""]
+                  f"{s['load_before']} after {s.get('load_after')}.", "", *table(s), "",
+                  *(f"- {n}" for n in s.get("notes", [])), ""]
     quick = sorted((root / "quick-calibration").glob("*/summary.json"))
     if quick:
         lines += ["## With servesim's quick calibration grid (`--quick-calibration`, in `quick-calibration/`)", ""]
