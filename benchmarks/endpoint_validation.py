@@ -95,14 +95,18 @@ def scenario(name: str, fragment: dict, workload: dict, base: Path, prefix_cachi
     return scenario_from_dict(data, f"<bench {name}>", base)
 
 
-def calibrate_server(url: str, out: Path, quick: bool) -> tuple[Path, dict, dict]:
+def calibrate_server(url: str, out: Path, quick: bool, served: str = vllm.NAME,
+                     hf_config: Path = vllm.MODEL / "config.json", time_limit: float | None = None
+                     ) -> tuple[Path, dict, dict]:
+    """``servesim calibrate --endpoint`` against ``url`` serving ``served`` (the simulator's
+    model: ``hf_config``); ``time_limit``: seconds for the whole calibration."""
     from calibration.command_io import write_profile
     from endpoint.calibrate import Settings, calibrate, saturation_check
     from endpoint.replay import load_vocab
 
     vocab = load_vocab(url, None)
-    s = Settings(url=url, model=vllm.NAME, sim_model={"hf_config": str(vllm.MODEL / "config.json")},
-                 quick=quick)
+    s = Settings(url=url, model=served, sim_model={"hf_config": str(hf_config)}, quick=quick,
+                 time_limit=time_limit)
     t0 = time.perf_counter()
     profile, fragment, data = calibrate(s, vocab)
     path = write_profile(profile, out / "profile.json")
@@ -122,11 +126,14 @@ def calibrate_server(url: str, out: Path, quick: bool) -> tuple[Path, dict, dict
     return path, frag, cal
 
 
-def validate_one(name: str, sc, profile: Path, url: str, out: Path, repeats: int) -> dict:
+def validate_one(name: str, sc, profile: Path, url: str, out: Path, repeats: int, served: str = vllm.NAME,
+                 watch=None) -> dict:
+    """``servesim validate --endpoint --repeats`` of one workload; ``watch``: called before and
+    after each measured run (``endpoint.validate.validate``)."""
     from endpoint.validate import validate
 
-    v = validate(sc, profile, url, vllm.NAME, source=name, tokenizer=None, repeats=repeats,
-                 out=out / name, log=None)
+    v = validate(sc, profile, url, served, source=name, tokenizer=None, repeats=repeats,
+                 out=out / name, log=None, watch=watch)
     return row_of(name, v, out)
 
 
@@ -148,6 +155,8 @@ def row_of(name: str, v, out: Path) -> dict:
     j = v.to_json()
     row = {"workload": name, "requests": len(v.joined), "loop": j["endpoint"]["loop"], **metric_figures(j)}
     row["speed_ratio"] = j["machine"].get("speed_ratio")
+    if "preemptions" in v.sim.requests:
+        row["sim_preemptions"] = int(v.sim.requests["preemptions"].sum())
     row["diagnosis"] = j["diagnosis"]
     row["breakdown"] = j["breakdown"]
     row["client_overhead"] = j["client_overhead"]
@@ -197,6 +206,17 @@ def crosscheck(url: str, out: Path, quick: bool, rounds: int = 2) -> dict:
             "servesim_vs_vllm_bench": diff, "round_to_round": spread}
 
 
+def targets_met(row: dict) -> tuple[bool, bool]:
+    """(E2E, TTFT): each median error within its target or the two measured runs' own spread."""
+    return (row["e2e_error"] <= max(TARGETS["e2e"], row["e2e_spread"] or 0),
+            row["ttft_error"] <= max(TARGETS["ttft"], row["ttft_spread"] or 0))
+
+
+def what_is_off(row: dict, width: int = 160) -> str:
+    """The validation's diagnosis less the error figures the table already has."""
+    return "; ".join(d for d in row["diagnosis"] if not d.startswith(("TTFT", "TPOT", "E2E", "plain decode")))[:width]
+
+
 def readme(summary: dict) -> str:
     cal = summary["calibration"]
     lines = ["# servesim against vLLM-CPU (SmolLM2-135M)", "",
@@ -242,9 +262,8 @@ def readme(summary: dict) -> str:
         return "–" if x is None else f"{x:.1%}"
 
     for r in summary["workloads"]:
-        e_ok = r["e2e_error"] <= max(TARGETS["e2e"], r["e2e_spread"] or 0)
-        t_ok = r["ttft_error"] <= max(TARGETS["ttft"], r["ttft_spread"] or 0)
-        off = "; ".join(d for d in r["diagnosis"] if not d.startswith(("TTFT", "TPOT", "E2E", "plain decode")))[:160]
+        e_ok, t_ok = targets_met(r)
+        off = what_is_off(r)
         plain = " / ".join(f"{d['rel_diff']:+.1%}" for d in r.get("decode_steps", []) if d.get("n")) or "–"
         lines.append(f"| {r['workload']} | {r['requests']} | {pct(r['e2e_error'])} | {pct(r['e2e_spread'])} | "
                      f"{pct(r['e2e_adjusted'])} | {pct(r['ttft_error'])} | {pct(r['ttft_spread'])} | "

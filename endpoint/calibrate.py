@@ -201,7 +201,8 @@ def calibrate(s: Settings, vocab: WordVocab, log=print, data: ProbeData | None =
         speed["each_s"] = [p["probe_s"] for p in probes]
 
         f = fit_measurements(data, budget, s.url)
-        kv_blocks = info.kv_blocks(block)
+        kv_blocks = (kv_blocks_of(info.cache_config, _sim_spec(s), block, max_seqs, s.notes) if info.cache_config
+                     else info.kv_blocks(block))
         sched = scheduler_of(info, budget, max_seqs, block, max_len)
         profile = _profile(s, ident, f, sched, kv_blocks, data, speed)
         fragment = _fragment(s, sched, kv_blocks)
@@ -247,6 +248,45 @@ def keep_partial(data: ProbeData, out: Path) -> Path:
         **asdict(data)})
 
 
+def _sim_spec(s: Settings):
+    from sim.scenario.load import scenario_from_dict
+
+    return scenario_from_dict({"model": s.sim_model}, "--sim-model").model_spec
+
+
+def kv_blocks_of(cache: dict, spec=None, block: int | None = None, max_seqs: int = 0,
+                 notes: list[str] | None = None) -> int | None:
+    """The server's KV cache in servesim's blocks (``block`` tokens of every KV-cached layer).
+
+    vLLM's ``num_gpu_blocks`` is that where every layer caches the same (one group of all
+    layers). Its hybrid allocator (sliding-window or Mamba / linear-attention layers beside
+    full attention) cuts the same memory into blocks of one layer group instead, so there it
+    counts blocks several times smaller than servesim's (Gemma-3 shape, 5 sliding : 1 full: six
+    times). For such a model, where the server publishes its KV memory
+    (``kv_cache_memory_bytes``, KV dtype ``auto``: the model's), the blocks are that memory, less
+    the state ``max_seqs`` requests hold, over one servesim block's bytes."""
+    try:
+        n = int(cache["num_gpu_blocks"])
+    except (KeyError, ValueError, TypeError):
+        return None
+    if spec is None or not block or not (spec.windowed_layers or spec.state_bytes_per_request()):
+        return n
+    try:
+        mem = float(cache["kv_cache_memory_bytes"])
+    except (KeyError, ValueError, TypeError):
+        return n
+    if cache.get("cache_dtype", "auto") != "auto" or not spec.kv_bytes_per_token():
+        return n
+    state = spec.state_bytes_per_request() * max_seqs
+    blocks = max(1, int((mem - state) // (block * spec.kv_bytes_per_token())))
+    if notes is not None:
+        notes.append(f"KV blocks {blocks}: the server's {mem / 2**20:.1f} MiB of KV cache"
+                     + (f" less {state / 2**20:.1f} MiB of state for {max_seqs} requests" if state else "")
+                     + f" over {block} tokens of every layer (vLLM's hybrid allocator counts {n} blocks "
+                       "of one layer group)")
+    return blocks
+
+
 def published_notes(info: server_info.ServerInfo) -> list[str]:
     """What the server published, said once at the top of the profile's notes."""
     keys = ("context_per_seq", "max_seqs", "token_budget", "kv_tokens", "block_size", "kv_layout")
@@ -269,9 +309,7 @@ def scheduler_of(info: server_info.ServerInfo, budget: int, max_seqs: int, block
 
 def _profile(s: Settings, ident: dict, f: fitting.Fit, sched: dict, kv_blocks: int | None,
              data: ProbeData, speed: dict) -> Profile:
-    from sim.scenario.load import scenario_from_dict
-
-    spec = scenario_from_dict({"model": s.sim_model}, "--sim-model").model_spec
+    spec = _sim_spec(s)
     shape = {"num_layers": spec.num_layers, "hidden_size": spec.hidden_size, "num_heads": spec.num_heads,
              "num_kv_heads": spec.num_kv_heads, "intermediate_size": spec.intermediate_size,
              "vocab_size": spec.vocab_size}

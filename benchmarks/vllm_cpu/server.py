@@ -19,12 +19,15 @@ ARGS = ["--max-model-len", "2048", "--max-num-seqs", "32", "--max-num-batched-to
         "--kv-cache-memory-bytes", str(512 * 1024**2), "--enforce-eager", "--dtype", "bfloat16"]
 
 
-def installed() -> str | None:
-    """None when vLLM and the model are ready, else why not."""
+def installed(model: Path = MODEL, weights: bool = True) -> str | None:
+    """None when vLLM and the model are ready, else why not (``weights``: False for a model
+    served with ``--load-format dummy``, whose folder holds a config and tokenizer only)."""
     if not (VENV / "bin" / "vllm").is_file():
         return f"no vLLM in {VENV} (bash benchmarks/vllm_cpu/install.sh)"
-    if not (MODEL / "model.safetensors").is_file():
-        return f"no converted model in {MODEL} (bash benchmarks/vllm_cpu/install.sh)"
+    if weights and not (model / "model.safetensors").is_file():
+        return f"no converted model in {model} (bash benchmarks/vllm_cpu/install.sh)"
+    if not (model / "config.json").is_file():
+        return f"no config.json in {model}"
     return None
 
 
@@ -68,18 +71,24 @@ def pinned_env(cpus: list[int]) -> dict[str, str]:
 
 def start(port: int, log: Path, prefix_caching: bool = False, extra: list[str] = (),
           timeout_s: float = 300, omp_cpus: list[int] | None = None, env: dict[str, str] | None = None,
-          lifetime_s: float | None = None) -> Server:
+          lifetime_s: float | None = None, model: Path = MODEL, name: str = NAME,
+          args: list[str] | None = None, taskset: list[int] | None = None) -> Server:
     """``omp_cpus``: the model's threads on these cores only (``pinned_env``); ``env``: more
     environment; ``lifetime_s``: ``timeout`` ends the server after so long, whatever happens
-    to its starter."""
-    why = installed()
+    to its starter; ``model``/``name``/``args``: another model folder, its served name and
+    the flags in place of ``ARGS`` (a ``--load-format dummy`` model needs no weights);
+    ``taskset``: every process of the server (API, engine, model threads) on these cores."""
+    args = ARGS if args is None else list(args)
+    why = installed(model, weights="dummy" not in args)
     if why:
         raise RuntimeError(why)
-    cmd = [str(VENV / "bin" / "vllm"), "serve", str(MODEL), "--host", "127.0.0.1", "--port", str(port),
-           "--served-model-name", NAME, *ARGS,
+    cmd = [str(VENV / "bin" / "vllm"), "serve", str(model), "--host", "127.0.0.1", "--port", str(port),
+           "--served-model-name", name, *args,
            "--enable-prefix-caching" if prefix_caching else "--no-enable-prefix-caching", *extra]
     if lifetime_s is not None:
         cmd = ["timeout", "-k", "10", str(int(lifetime_s)), *cmd]
+    if taskset:
+        cmd = ["taskset", "-c", ",".join(map(str, taskset)), *cmd]
     log.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     f = open(log, "w")  # noqa: SIM115 (the server's lifetime)
