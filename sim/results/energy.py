@@ -82,14 +82,27 @@ def fleet_power(costs: list, usd_per_kwh: list[float | None]) -> FleetPower:
     return FleetPower(params, power, gpus, tp, price)
 
 
+# Steps priced for their power at a time: a step's shape is a row of SHAPE_SIZE floats, so a run's
+# millions of steps at once would take gigabytes for a moment (issue 31); each step's figures are
+# its own, so the chunks give the same bits.
+POWER_CHUNK = 1 << 18
+
+
 def step_power(fleet: FleetPower, steps: pd.DataFrame, block_size: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each step's draw per GPU (W) and its dynamic energy (J above idle, all the replica's GPUs)."""
+    """Each step's draw per GPU (W) and its dynamic energy (J above idle, all the replica's GPUs),
+    POWER_CHUNK steps at a time."""
     from sim.pricing.power import log_shapes
 
-    engine = steps["engine"].to_numpy(np.int64)
-    duration = steps["duration"].to_numpy(np.float64)
-    watts = step_draws(fleet.params, fleet.power, engine, log_shapes(steps, block_size), duration)
-    dynamic = (watts - fleet.power[engine, IDLE]) * duration * fleet.tp[engine] * fleet.power[engine, PP]
+    n = len(steps)
+    watts, dynamic = np.empty(n), np.empty(n)
+    for a in range(0, n, POWER_CHUNK):
+        part = steps.iloc[a:a + POWER_CHUNK]
+        engine = part["engine"].to_numpy(np.int64)
+        duration = part["duration"].to_numpy(np.float64)
+        w = watts[a:a + POWER_CHUNK]
+        w[:] = step_draws(fleet.params, fleet.power, engine, log_shapes(part, block_size), duration)
+        tp, pp = fleet.tp[engine], fleet.power[engine, PP]
+        dynamic[a:a + POWER_CHUNK] = (w - fleet.power[engine, IDLE]) * duration * tp * pp
     return watts, dynamic
 
 
@@ -158,11 +171,14 @@ def power_series(fleet: FleetPower, steps: pd.DataFrame, edges: np.ndarray) -> n
     idle = float(fleet.gpus @ fleet.power[:, IDLE])
     if not len(steps) or "power_w" not in steps or not fleet.modelled:
         return np.full(len(edges) - 1, idle if fleet.modelled else np.nan)
-    start = steps["start"].to_numpy(np.float64)
-    end = start + steps["duration"].to_numpy(np.float64)
-    engine = steps["engine"].to_numpy(np.int64)
-    dyn_w = (steps["power_w"].to_numpy() - fleet.power[engine, IDLE]) * fleet.tp[engine] * fleet.power[engine, PP]
-    cum = _cumulative_energy(edges, start, end, dyn_w)  # each bin gets the joules spent within it
+    cum = np.zeros(len(edges))
+    for a in range(0, len(steps), POWER_CHUNK):  # the joules add up over chunks of steps (bounded memory)
+        part = steps.iloc[a:a + POWER_CHUNK]
+        start = part["start"].to_numpy(np.float64)
+        end = start + part["duration"].to_numpy(np.float64)
+        engine = part["engine"].to_numpy(np.int64)
+        dyn_w = (part["power_w"].to_numpy() - fleet.power[engine, IDLE]) * fleet.tp[engine] * fleet.power[engine, PP]
+        cum += _cumulative_energy(edges, start, end, dyn_w)  # each bin gets the joules spent within it
     return idle + np.diff(cum) / np.diff(edges)
 
 
