@@ -96,7 +96,7 @@ def step_power(fleet: FleetPower, steps: pd.DataFrame, block_size: np.ndarray) -
     n = len(steps)
     watts, dynamic = np.empty(n), np.empty(n)
     for a in range(0, n, POWER_CHUNK):
-        part = steps.iloc[a:a + POWER_CHUNK]
+        part = _rows(steps, a, POWER_CHUNK)
         engine = part["engine"].to_numpy(np.int64)
         duration = part["duration"].to_numpy(np.float64)
         w = watts[a:a + POWER_CHUNK]
@@ -104,6 +104,12 @@ def step_power(fleet: FleetPower, steps: pd.DataFrame, block_size: np.ndarray) -
         tp, pp = fleet.tp[engine], fleet.power[engine, PP]
         dynamic[a:a + POWER_CHUNK] = (w - fleet.power[engine, IDLE]) * duration * tp * pp
     return watts, dynamic
+
+
+def _rows(steps: pd.DataFrame, start: int, count: int) -> pd.DataFrame:
+    """Rows ``start .. start + count`` of the step columns, a frame of views (a frame's ``iloc``
+    may first copy the whole frame into one block per dtype)."""
+    return pd.DataFrame({c: steps[c].to_numpy()[start:start + count] for c in steps.columns}, copy=False)
 
 
 def fleet_energy(dynamic_j: float, held: list[tuple[float, float]]) -> float:
@@ -173,7 +179,7 @@ def power_series(fleet: FleetPower, steps: pd.DataFrame, edges: np.ndarray) -> n
         return np.full(len(edges) - 1, idle if fleet.modelled else np.nan)
     cum = np.zeros(len(edges))
     for a in range(0, len(steps), POWER_CHUNK):  # the joules add up over chunks of steps (bounded memory)
-        part = steps.iloc[a:a + POWER_CHUNK]
+        part = _rows(steps, a, POWER_CHUNK)
         start = part["start"].to_numpy(np.float64)
         end = start + part["duration"].to_numpy(np.float64)
         engine = part["engine"].to_numpy(np.int64)
