@@ -87,10 +87,33 @@ class StepLog:
                 del parts
             for e in engines:
                 self.columns[e][j] = None
+            release_freed()  # else each column is held twice: freed buffers stay in the C heap
             cols[name] = col
         self.columns.clear()
         self.rows.clear()
         return ordered_frame(cols)
+
+
+def release_freed() -> None:
+    """Give the C heap's free pages back to the system (glibc's ``malloc_trim``; elsewhere nothing).
+    The engines' buffers of a large run are freed a column at a time while the joined columns
+    are made: without this, their memory stays resident and the log is held twice at its peak
+    (a 1M-request run over 100 replicas: 0.43 GB more, 4 GB at 10M)."""
+    global _trim
+    if _trim is None:
+        import ctypes
+        import ctypes.util
+
+        try:
+            _trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+            _trim.argtypes, _trim.restype = [ctypes.c_size_t], ctypes.c_int
+        except (OSError, AttributeError):  # not glibc: its allocator decides
+            _trim = False
+    if _trim:
+        _trim(0)
+
+
+_trim = None
 
 
 def ordered_frame(cols: dict[str, np.ndarray]) -> pd.DataFrame:
