@@ -121,11 +121,11 @@ def fleet_energy(dynamic_j: float, held: list[tuple[float, float]]) -> float:
 def token_split(steps: pd.DataFrame, dynamic: np.ndarray) -> tuple[float, float, int, int]:
     """The dynamic joules of the prompt tokens and of the decoded tokens (each step's split equally
     over its tokens), and how many of each the steps computed."""
-    tokens = steps["num_tokens"].to_numpy(np.float64)
+    tokens = np.array(steps["num_tokens"], dtype=np.float64)  # a copy: made the decoded tokens below
     prefill = steps["prefill_tokens"].to_numpy(np.float64)
     share = np.divide(dynamic, tokens, out=np.zeros(len(tokens)), where=tokens > 0)
-    return (float(share @ prefill), float(share @ (tokens - prefill)), int(prefill.sum()),
-            int((tokens - prefill).sum()))
+    decoded = np.subtract(tokens, prefill, out=tokens)  # in place: a large run's steps are many
+    return float(share @ prefill), float(share @ decoded), int(prefill.sum()), int(decoded.sum())
 
 
 def run_energy(fleet: FleetPower, steps: pd.DataFrame, requests: pd.DataFrame, summary: dict,
