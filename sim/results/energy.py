@@ -120,12 +120,30 @@ def fleet_energy(dynamic_j: float, held: list[tuple[float, float]]) -> float:
 
 def token_split(steps: pd.DataFrame, dynamic: np.ndarray) -> tuple[float, float, int, int]:
     """The dynamic joules of the prompt tokens and of the decoded tokens (each step's split equally
-    over its tokens), and how many of each the steps computed."""
-    tokens = np.array(steps["num_tokens"], dtype=np.float64)  # a copy: made the decoded tokens below
-    prefill = steps["prefill_tokens"].to_numpy(np.float64)
-    share = np.divide(dynamic, tokens, out=np.zeros(len(tokens)), where=tokens > 0)
-    decoded = np.subtract(tokens, prefill, out=tokens)  # in place: a large run's steps are many
-    return float(share @ prefill), float(share @ decoded), int(prefill.sum()), int(decoded.sum())
+    over its tokens), and how many of each the steps computed; POWER_CHUNK steps at a time (the
+    joules: a sum of the chunks' dot products)."""
+    pre_j = dec_j = 0.0
+    pre_n = dec_n = 0
+    for a in range(0, len(steps), POWER_CHUNK):
+        part = _rows(steps, a, POWER_CHUNK)
+        tokens = part["num_tokens"].to_numpy(np.float64)
+        prefill = part["prefill_tokens"].to_numpy(np.float64)
+        share = np.divide(dynamic[a:a + POWER_CHUNK], tokens, out=np.zeros(len(tokens)), where=tokens > 0)
+        decoded = tokens - prefill
+        pre_j += float(share @ prefill)
+        dec_j += float(share @ decoded)
+        pre_n += int(prefill.sum())
+        dec_n += int(decoded.sum())
+    return pre_j, dec_j, pre_n, dec_n
+
+
+def engine_joules(steps: pd.DataFrame, dynamic: np.ndarray, engines: int) -> np.ndarray:
+    """Each engine's dynamic joules, POWER_CHUNK steps at a time."""
+    out = np.zeros(engines)
+    for a in range(0, len(steps), POWER_CHUNK):
+        engine = steps["engine"].to_numpy()[a:a + POWER_CHUNK].astype(np.int64)
+        out += np.bincount(engine, weights=dynamic[a:a + POWER_CHUNK], minlength=engines)
+    return out
 
 
 def run_energy(fleet: FleetPower, steps: pd.DataFrame, requests: pd.DataFrame, summary: dict,
@@ -161,7 +179,7 @@ def run_energy(fleet: FleetPower, steps: pd.DataFrame, requests: pd.DataFrame, s
     all_tok = out_tok + (summary.get("prompt_tokens") or 0)
     # each engine's share of the energy at its hardware's price
     idle_e = np.array([s * w for s, w in held])
-    dyn_e = np.bincount(steps["engine"].to_numpy(np.int64), weights=dynamic, minlength=len(fleet.gpus))
+    dyn_e = engine_joules(steps, dynamic, len(fleet.gpus))
     usd = float(((idle_e + dyn_e) / J_PER_KWH) @ fleet.usd_per_kwh)
     return {"energy_kwh": kwh,
             "mean_power_w": total / window if window > 0 else nan,  # over the window the idle power is held
