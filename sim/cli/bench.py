@@ -212,8 +212,8 @@ def run_bench(args) -> int:
         runs = [measure(f"{n:,} over {r:,} replicas", [*default_overrides(n, r, cost=args.cost), *args.set])
                 for n, r in zip(args.scale, replicas, strict=True)]
         rows += runs
-        for m in runs:
-            extra[f"{m.name.replace(' ', '_')}_under_{TARGET_SCALE[0]:g}_s_and_{TARGET_SCALE[1]:g}_mb"] = \
+        for m, r in zip(runs, replicas, strict=True):
+            extra[f"{m.requests}_over_{r}_replicas_under_{TARGET_SCALE[0]:g}_s_and_{TARGET_SCALE[1]:g}_mb"] = \
                 m.wall_s < TARGET_SCALE[0] and m.peak_mb < TARGET_SCALE[1]
         if len(runs) > 1:
             small, large = min(runs, key=lambda m: m.requests), max(runs, key=lambda m: m.requests)
