@@ -197,6 +197,12 @@ def build_parser(extras: bool = True) -> argparse.ArgumentParser:
     bench.add_argument("--scaling", action="store_true", help="also run 10k, 100k and 1M requests")
     bench.add_argument("--autoscale", action="store_true",
                        help="also run scenarios/autoscale-diurnal.yaml's autoscaled day at full length (target < 30 s)")
+    bench.add_argument("--scale", type=positive_int, nargs="+", default=[], metavar="N",
+                       help="also run N requests over --replicas replicas (10 req/s each), e.g. issue 31's "
+                            "--scale 1000000 10000000 --replicas 100 1000 (target: 10M in < 60 s and < 2 GB, "
+                            "and its peak within 1.2x of 1M's)")
+    bench.add_argument("--replicas", type=positive_int, nargs="+", default=[], metavar="R",
+                       help="replicas of each --scale run (one for all, or one per N; default N / 10,000)")
     bench.add_argument("--startup", action="store_true",
                        help="also time a 2,000-request servesim run: warm, and in a fresh checkout (empty "
                             "build cache; the build made in the background, or in the foreground)")

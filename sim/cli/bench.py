@@ -12,6 +12,9 @@ from one run (the machines are shared and noisy).
 - ``--autoscale``: scenarios/autoscale-diurnal.yaml's day at full length, 24 hours of its curve
   (about 173,000 requests, the fleet 1 to 6 replicas), the issue's target under 30 s;
 - ``--set FIELD=VALUE``: an override for every scenario measured (a larger trace, another GPU);
+- ``--scale N ... --replicas R ...``: N requests over R replicas (10 req/s each; R defaults to
+  N / 10,000), issue 31's measurement of memory at scale: 10M requests over 1,000 replicas in
+  < 60 s and < 2 GB, and a run of 10M peaking within 1.2x of a run of 1M;
 - ``--startup``: a 2,000-request ``servesim run`` from the command line, warm, and the first run
   in a fresh checkout (an empty numba cache: compiling included).
 """
@@ -41,6 +44,8 @@ TARGET_RPS = 20_000  # simulated requests per wall-second, end to end, for every
 AUTOSCALED_DAY = ["workload.duration_s=86400", "workload.arrival.rate.diurnal.period_s=86400",
                   "workload.arrival.rate.diurnal.phase_s=50400"]  # the shipped scenario's day, uncompressed
 TARGET_DAY_S = 30.0
+TARGET_SCALE = (60.0, 2048.0)  # --scale: wall seconds and peak MB of a run (issue 31: 10M requests, 1,000 replicas)
+TARGET_PEAK_RATIO = 1.2  # --scale: the largest run's peak over the smallest's
 # What ``--cost`` prices with, as overrides of the default scenario, and the traffic per replica
 # it serves below saturation (req/s).
 COSTS = {
@@ -171,6 +176,7 @@ def run_bench(args) -> int:
 
     rows: list[Measurement] = []
     loops = ["compiled", "simpy"] if args.loop == "both" else [args.loop]
+    replicas = scale_replicas(args.scale, args.replicas)  # a bad count is the user's error, before anything runs
     measure("warm-up", default_overrides(100))  # compile (or load the cached build) before timing
     extra = {}
     if args.startup:  # first: a large run just before leaves the machine reclaiming its memory
@@ -202,6 +208,18 @@ def run_bench(args) -> int:
                           SCENARIOS / "autoscale-diurnal.yaml")
             rows.append(day)
             extra[f"autoscaled_day_{loop}_under_{TARGET_DAY_S:g}_s"] = day.wall_s < TARGET_DAY_S
+    if args.scale:
+        runs = [measure(f"{n:,} over {r:,} replicas", [*default_overrides(n, r, cost=args.cost), *args.set])
+                for n, r in zip(args.scale, replicas, strict=True)]
+        rows += runs
+        for m, r in zip(runs, replicas, strict=True):
+            extra[f"{m.requests}_over_{r}_replicas_under_{TARGET_SCALE[0]:g}_s_and_{TARGET_SCALE[1]:g}_mb"] = \
+                m.wall_s < TARGET_SCALE[0] and m.peak_mb < TARGET_SCALE[1]
+        if len(runs) > 1:
+            small, large = min(runs, key=lambda m: m.requests), max(runs, key=lambda m: m.requests)
+            ratio = large.peak_mb / small.peak_mb
+            extra[f"peak_ratio_{large.requests}_over_{small.requests}"] = round(ratio, 2)
+            extra[f"peak_ratio_within_{TARGET_PEAK_RATIO:g}"] = ratio <= TARGET_PEAK_RATIO
     if args.scaling:
         for n in (10_000, 100_000, 1_000_000):
             rows.append(measure(f"scaling {n:,}", [*default_overrides(n, cost=args.cost), *args.set]))
@@ -221,8 +239,22 @@ def run_bench(args) -> int:
             console.print(f"{name}: compiled over SimPy ×{by_loop['compiled'].rps / by_loop['simpy'].rps:.1f} "
                           "(same run)")
     for key, value in extra.items():
-        console.print(f"{key.replace('_', ' ')}: {value}" + ("" if isinstance(value, bool) else " s"))
+        unit = "" if isinstance(value, bool) or key.startswith("peak_ratio") else " s"
+        console.print(f"{key.replace('_', ' ')}: {value}{unit}")
     return 0
+
+
+def scale_replicas(requests: list[int], replicas: list[int]) -> list[int]:
+    """The replicas of each ``--scale`` run: one count for all, one per run, or N / 10,000."""
+    if not replicas:
+        return [max(1, n // 10_000) for n in requests]
+    if len(replicas) == 1:
+        return replicas * len(requests)
+    if len(replicas) != len(requests):
+        from sim.errors import InputError
+
+        raise InputError("--replicas", None, f"give one count, or one per --scale run ({len(requests)})")
+    return list(replicas)
 
 
 def _cell(v) -> str:

@@ -82,15 +82,34 @@ def fleet_power(costs: list, usd_per_kwh: list[float | None]) -> FleetPower:
     return FleetPower(params, power, gpus, tp, price)
 
 
+# Steps priced for their power at a time: a step's shape is a row of SHAPE_SIZE floats, so a run's
+# millions of steps at once would take gigabytes for a moment (issue 31); each step's figures are
+# its own, so the chunks give the same bits.
+POWER_CHUNK = 1 << 18
+
+
 def step_power(fleet: FleetPower, steps: pd.DataFrame, block_size: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each step's draw per GPU (W) and its dynamic energy (J above idle, all the replica's GPUs)."""
+    """Each step's draw per GPU (W) and its dynamic energy (J above idle, all the replica's GPUs),
+    POWER_CHUNK steps at a time."""
     from sim.pricing.power import log_shapes
 
-    engine = steps["engine"].to_numpy(np.int64)
-    duration = steps["duration"].to_numpy(np.float64)
-    watts = step_draws(fleet.params, fleet.power, engine, log_shapes(steps, block_size), duration)
-    dynamic = (watts - fleet.power[engine, IDLE]) * duration * fleet.tp[engine] * fleet.power[engine, PP]
+    n = len(steps)
+    watts, dynamic = np.empty(n), np.empty(n)
+    for a in range(0, n, POWER_CHUNK):
+        part = _rows(steps, a, POWER_CHUNK)
+        engine = part["engine"].to_numpy(np.int64)
+        duration = part["duration"].to_numpy(np.float64)
+        w = watts[a:a + POWER_CHUNK]
+        w[:] = step_draws(fleet.params, fleet.power, engine, log_shapes(part, block_size), duration)
+        tp, pp = fleet.tp[engine], fleet.power[engine, PP]
+        dynamic[a:a + POWER_CHUNK] = (w - fleet.power[engine, IDLE]) * duration * tp * pp
     return watts, dynamic
+
+
+def _rows(steps: pd.DataFrame, start: int, count: int) -> pd.DataFrame:
+    """Rows ``start .. start + count`` of the step columns, a frame of views (a frame's ``iloc``
+    may first copy the whole frame into one block per dtype)."""
+    return pd.DataFrame({c: steps[c].to_numpy()[start:start + count] for c in steps.columns}, copy=False)
 
 
 def fleet_energy(dynamic_j: float, held: list[tuple[float, float]]) -> float:
@@ -101,12 +120,30 @@ def fleet_energy(dynamic_j: float, held: list[tuple[float, float]]) -> float:
 
 def token_split(steps: pd.DataFrame, dynamic: np.ndarray) -> tuple[float, float, int, int]:
     """The dynamic joules of the prompt tokens and of the decoded tokens (each step's split equally
-    over its tokens), and how many of each the steps computed."""
-    tokens = steps["num_tokens"].to_numpy(np.float64)
-    prefill = steps["prefill_tokens"].to_numpy(np.float64)
-    share = np.divide(dynamic, tokens, out=np.zeros(len(tokens)), where=tokens > 0)
-    return (float(share @ prefill), float(share @ (tokens - prefill)), int(prefill.sum()),
-            int((tokens - prefill).sum()))
+    over its tokens), and how many of each the steps computed; POWER_CHUNK steps at a time (the
+    joules: a sum of the chunks' dot products)."""
+    pre_j = dec_j = 0.0
+    pre_n = dec_n = 0
+    for a in range(0, len(steps), POWER_CHUNK):
+        part = _rows(steps, a, POWER_CHUNK)
+        tokens = part["num_tokens"].to_numpy(np.float64)
+        prefill = part["prefill_tokens"].to_numpy(np.float64)
+        share = np.divide(dynamic[a:a + POWER_CHUNK], tokens, out=np.zeros(len(tokens)), where=tokens > 0)
+        decoded = tokens - prefill
+        pre_j += float(share @ prefill)
+        dec_j += float(share @ decoded)
+        pre_n += int(prefill.sum())
+        dec_n += int(decoded.sum())
+    return pre_j, dec_j, pre_n, dec_n
+
+
+def engine_joules(steps: pd.DataFrame, dynamic: np.ndarray, engines: int) -> np.ndarray:
+    """Each engine's dynamic joules, POWER_CHUNK steps at a time."""
+    out = np.zeros(engines)
+    for a in range(0, len(steps), POWER_CHUNK):
+        engine = steps["engine"].to_numpy()[a:a + POWER_CHUNK].astype(np.int64)
+        out += np.bincount(engine, weights=dynamic[a:a + POWER_CHUNK], minlength=engines)
+    return out
 
 
 def run_energy(fleet: FleetPower, steps: pd.DataFrame, requests: pd.DataFrame, summary: dict,
@@ -142,7 +179,7 @@ def run_energy(fleet: FleetPower, steps: pd.DataFrame, requests: pd.DataFrame, s
     all_tok = out_tok + (summary.get("prompt_tokens") or 0)
     # each engine's share of the energy at its hardware's price
     idle_e = np.array([s * w for s, w in held])
-    dyn_e = np.bincount(steps["engine"].to_numpy(np.int64), weights=dynamic, minlength=len(fleet.gpus))
+    dyn_e = engine_joules(steps, dynamic, len(fleet.gpus))
     usd = float(((idle_e + dyn_e) / J_PER_KWH) @ fleet.usd_per_kwh)
     return {"energy_kwh": kwh,
             "mean_power_w": total / window if window > 0 else nan,  # over the window the idle power is held
@@ -158,11 +195,14 @@ def power_series(fleet: FleetPower, steps: pd.DataFrame, edges: np.ndarray) -> n
     idle = float(fleet.gpus @ fleet.power[:, IDLE])
     if not len(steps) or "power_w" not in steps or not fleet.modelled:
         return np.full(len(edges) - 1, idle if fleet.modelled else np.nan)
-    start = steps["start"].to_numpy(np.float64)
-    end = start + steps["duration"].to_numpy(np.float64)
-    engine = steps["engine"].to_numpy(np.int64)
-    dyn_w = (steps["power_w"].to_numpy() - fleet.power[engine, IDLE]) * fleet.tp[engine] * fleet.power[engine, PP]
-    cum = _cumulative_energy(edges, start, end, dyn_w)  # each bin gets the joules spent within it
+    cum = np.zeros(len(edges))
+    for a in range(0, len(steps), POWER_CHUNK):  # the joules add up over chunks of steps (bounded memory)
+        part = _rows(steps, a, POWER_CHUNK)
+        start = part["start"].to_numpy(np.float64)
+        end = start + part["duration"].to_numpy(np.float64)
+        engine = part["engine"].to_numpy(np.int64)
+        dyn_w = (part["power_w"].to_numpy() - fleet.power[engine, IDLE]) * fleet.tp[engine] * fleet.power[engine, PP]
+        cum += _cumulative_energy(edges, start, end, dyn_w)  # each bin gets the joules spent within it
     return idle + np.diff(cum) / np.diff(edges)
 
 

@@ -27,14 +27,15 @@ class StepLog:
     """Takes the core's log chunks as they fill and makes one frame, ordered by engine, then start.
 
     Steps are logged as they end, so engines interleave in a chunk. Each chunk's rows are copied
-    straight into their engine's columns, which grow in place (``ndarray.resize``: the memory is
-    remapped, not copied); the frame then joins the engines' columns one column at a time,
+    straight into their engine's columns, which double as they fill (their spare room untouched,
+    so not resident); the frame then joins the engines' columns one column at a time,
     freeing each engine's copy as it goes, and with one engine it takes them as they are. So a
     step is copied at most twice and the log never holds a second copy of the whole table."""
 
     def __init__(self) -> None:
         self.columns: dict[int, list[np.ndarray]] = {}  # engine -> a buffer per column (COLUMNS order)
         self.rows: dict[int, int] = {}  # engine -> rows filled
+        self.grown = False  # a buffer moved since the heap was last trimmed
 
     def _room(self, e: int, more: int) -> list[np.ndarray]:
         """Engine e's buffers, with room for ``more`` rows."""
@@ -44,8 +45,12 @@ class StepLog:
         bufs = self.columns[e]
         need = self.rows[e] + more
         if need > len(bufs[0]):
-            for b in bufs:
-                b.resize(max(need, 2 * len(b)), refcheck=False)
+            # a new buffer, not ndarray.resize, which zero-fills (touches) the spare room
+            size, filled = max(need, 2 * len(bufs[0])), self.rows[e]
+            for j, b in enumerate(bufs):
+                bufs[j] = np.empty(size, dtype=b.dtype)
+                bufs[j][:filled] = b[:filled]
+            self.grown = True
         return bufs
 
     def take(self, core: Core) -> None:
@@ -71,6 +76,9 @@ class StepLog:
                         np.take(src, rows, out=buf[at:at + b - a], mode="clip")  # "raise" would buffer
                     self.rows[e] = at + b - a
         core.run_counters[RunCounter.LOG_N] = 0
+        if self.grown:  # a grown buffer left its old room free in the C heap: give it back
+            self.grown = False
+            release_freed()
 
     def frame(self, core: Core) -> pd.DataFrame:
         """Every step, ordered by engine, then start time; hands its memory over."""
@@ -87,10 +95,33 @@ class StepLog:
                 del parts
             for e in engines:
                 self.columns[e][j] = None
+            release_freed()  # else each column is held twice: freed buffers stay in the C heap
             cols[name] = col
         self.columns.clear()
         self.rows.clear()
         return ordered_frame(cols)
+
+
+def release_freed() -> None:
+    """Give the C heap's free pages back to the system (glibc's ``malloc_trim``; elsewhere nothing).
+    The engines' buffers of a large run are freed a column at a time while the joined columns
+    are made: without this, their memory stays resident and the log is held twice at its peak
+    (a 1M-request run over 100 replicas: 0.43 GB more, 4 GB at 10M)."""
+    global _trim
+    if _trim is None:
+        import ctypes
+        import ctypes.util
+
+        try:
+            _trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+            _trim.argtypes, _trim.restype = [ctypes.c_size_t], ctypes.c_int
+        except (OSError, AttributeError):  # not glibc: its allocator decides
+            _trim = False
+    if _trim:
+        _trim(0)
+
+
+_trim = None
 
 
 def ordered_frame(cols: dict[str, np.ndarray]) -> pd.DataFrame:

@@ -130,6 +130,26 @@ def test_bench_scenarios_as_json_checks_each_against_the_target():
     assert all(r["requests"] == 300 and r["loop"] == "compiled" and isinstance(r["meets_20k"], bool) for r in runs)
 
 
+def test_bench_scale_runs_requests_over_replicas_and_compares_their_peaks():
+    import json
+
+    p = subprocess.run([sys.executable, "-m", "sim.cli", "bench", "--requests", "100", "--policies", "continuous",
+                        "--format", "json", "--scale", "200", "400", "--replicas", "2", "4"],
+                       capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    scaled = [r for r in out["runs"] if "over" in r["name"]]
+    assert [(r["name"], r["requests"]) for r in scaled] == [("200 over 2 replicas", 200), ("400 over 4 replicas", 400)]
+    assert isinstance(out["peak_ratio_400_over_200"], float)
+    assert isinstance(out["400_over_4_replicas_under_60_s_and_2048_mb"], bool)
+
+
+def test_bench_scale_refuses_replicas_that_do_not_pair_with_its_runs():
+    p = subprocess.run([sys.executable, "-m", "sim.cli", "bench", "--scale", "200", "400", "--replicas", "1", "2", "3"],
+                       capture_output=True, text=True, timeout=900)
+    assert p.returncode == 2 and "--replicas" in p.stderr
+
+
 def test_bench_prices_with_the_shipped_profile():
     p = subprocess.run([sys.executable, "-m", "sim.cli", "bench", "--requests", "200", "--cost", "profile",
                         "--policies", "chunked-prefill"], capture_output=True, text=True, timeout=900)

@@ -140,3 +140,35 @@ def test_a_gpu_without_tdp_has_no_energy_figures():
     result = simulate(scenario(hardware={"gpu": gpu, "price_per_gpu_hour": 1.0}))
     assert result.summary["energy_kwh"] != result.summary["energy_kwh"]  # NaN: not modelled
     assert result.requests["energy_j"].isna().all()
+
+
+def test_step_power_in_chunks_gives_the_bits_of_all_steps_at_once(monkeypatch):
+    from sim.results import energy
+    from sim.results.energy import step_power
+
+    run = simulate(scenario())
+    f, sizes = scenario_power(run.scenario), np.array([16.0])
+    whole_w, whole_j = step_power(f, run.steps, sizes)
+    edges = np.linspace(0.0, float(run.steps["start"].max()) + 1.0, 7)
+    whole_series = power_series(f, run.steps.assign(power_w=whole_w), edges)
+    monkeypatch.setattr(energy, "POWER_CHUNK", 7)  # many chunks, the last one short
+    w, j = step_power(f, run.steps, sizes)
+    assert len(run.steps) > 3 * 7
+    assert np.array_equal(w, whole_w) and np.array_equal(j, whole_j)
+    # the series adds its chunks' joules: the same sums in another order
+    assert np.allclose(power_series(f, run.steps.assign(power_w=w), edges), whole_series, rtol=1e-12)
+
+
+def test_the_token_split_and_engine_joules_in_chunks_add_up_to_all_steps_at_once(monkeypatch):
+    from sim.results import energy
+
+    run = simulate(scenario(replicas=2))
+    dynamic = energy.step_power(scenario_power(run.scenario), run.steps, np.array([16.0, 16.0]))[1]
+    whole = energy.token_split(run.steps, dynamic), energy.engine_joules(run.steps, dynamic, 2)
+    monkeypatch.setattr(energy, "POWER_CHUNK", 7)
+    pre_j, dec_j, pre_n, dec_n = energy.token_split(run.steps, dynamic)
+    assert (pre_n, dec_n) == whole[0][2:] and pre_n + dec_n == run.steps["num_tokens"].sum()  # counts: exact
+    assert pre_j == pytest.approx(whole[0][0], rel=1e-12) and dec_j == pytest.approx(whole[0][1], rel=1e-12)
+    assert pre_j + dec_j == pytest.approx(dynamic.sum(), rel=1e-12)
+    assert np.allclose(energy.engine_joules(run.steps, dynamic, 2), whole[1], rtol=1e-12)
+    assert (whole[1] > 0).all()

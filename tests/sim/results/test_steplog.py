@@ -50,3 +50,34 @@ def test_parquet_encodes_each_column_by_its_kind_and_reads_back_the_same(tmp_pat
     r = simulate(load_scenario(None, ["workload.num_requests=200"]))  # the run's own scenario
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "requests.parquet"), r.requests)
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "steps.parquet"), r.steps)
+
+
+def test_chunks_of_every_size_come_out_engine_by_engine_with_every_row():
+    """Chunks of one engine and of several, over many doublings of each engine's buffers."""
+    from types import SimpleNamespace
+
+    from sim.core.state import LOG_INT_COLUMNS, LOG_ROWS, LogColumn, RunCounter
+    from sim.results.steplog import StepLog
+
+    rng = np.random.default_rng(7)
+    core = SimpleNamespace(run_counters=np.zeros(len(RunCounter), dtype=np.int64),
+                           log_i=np.zeros((len(LOG_INT_COLUMNS), LOG_ROWS), dtype=np.int32),
+                           log_f=np.zeros((2, LOG_ROWS)))
+    log, sent, t = StepLog(), [], 0.0
+    for k in range(12):
+        n = int(rng.integers(1, LOG_ROWS)) if k % 3 else LOG_ROWS
+        engine = np.zeros(n, dtype=np.int32) if k % 4 == 1 else rng.integers(0, 3, n).astype(np.int32)
+        start = t + np.arange(n, dtype=float)
+        t += n
+        core.log_f[0, :n], core.log_f[1, :n] = start, 0.5
+        core.log_i[:, :n] = rng.integers(0, 1000, (len(LOG_INT_COLUMNS), n))
+        core.log_i[LogColumn.ENGINE, :n] = engine
+        core.run_counters[RunCounter.LOG_N] = n
+        sent.append(pd.DataFrame({"start": start.copy(), "engine": engine.copy(),
+                                  "num_tokens": core.log_i[LogColumn.NUM_TOKENS, :n].copy()}))
+        log.take(core)
+    want = pd.concat(sent).sort_values(["engine", "start"], kind="stable").reset_index(drop=True)
+    got = log.frame(core)
+    assert len(got) == len(want) > 6 * LOG_ROWS
+    assert got["engine"].tolist() == want["engine"].tolist() and np.array_equal(got["start"], want["start"])
+    assert np.array_equal(got["num_tokens"], want["num_tokens"])
