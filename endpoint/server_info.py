@@ -174,6 +174,10 @@ def _vllm(info: ServerInfo, metrics: Metrics | None) -> None:
     if cache:
         info.kv_layout, info.sources["kv_layout"] = "paged", "/metrics vllm:cache_config_info"
         info.block_size = _count(info, "block_size", cache.get("block_size"), "vllm:cache_config_info block_size")
+        if cache.get("kv_cache_size_tokens") not in (None, "None"):  # its own count (hybrid models too)
+            info.kv_tokens = _count(info, "kv_tokens", cache["kv_cache_size_tokens"],
+                                    "vllm:cache_config_info kv_cache_size_tokens")
+            return
         blocks = _count(info, "kv_tokens", cache.get("num_gpu_blocks"), "vllm:cache_config_info num_gpu_blocks")
         if blocks and info.block_size:
             info.kv_tokens = blocks * info.block_size

@@ -26,7 +26,9 @@ def test_a_recorded_vllm_server():
     assert info.engine == "vllm" and info.version == facts["version"]
     assert info.context_per_seq == facts["max_model_len"]
     assert info.block_size == facts["block_size"]
-    assert info.kv_tokens == facts["num_gpu_blocks"] * facts["block_size"]
+    assert info.kv_tokens == facts["num_gpu_blocks"] * facts["block_size"] == facts["kv_cache_size_tokens"]
+    assert info.sources["kv_tokens"] == "vllm:cache_config_info kv_cache_size_tokens"
+    assert info.kv_blocks(facts["block_size"]) == facts["num_gpu_blocks"]
     assert info.kv_layout == "paged"
     assert info.max_seqs is None and info.token_budget is None  # vLLM publishes neither
     assert info.sources["context_per_seq"] == "/v1/models max_model_len"
