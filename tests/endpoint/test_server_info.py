@@ -78,6 +78,9 @@ def test_what_makes_no_sense_is_a_problem_and_not_a_limit():
     assert info.context_per_seq is None and info.kv_tokens is None
     assert [p.split(" = ")[0] for p in info.problems] == [
         "the server publishes /props total_slots", "the server publishes /props default_generation_settings.n_ctx"]
+    info = from_answers("http://x", {"/props": {"total_slots": 2}, "/v1/models": {"data": [
+        {"id": "m", "owned_by": "llamacpp", "meta": {"n_ctx": 700, "n_ctx_train": 8192}}]}})
+    assert info.context_per_seq == 700 and info.sources["context_per_seq"] == "/v1/models meta.n_ctx"
     info = from_answers("http://x", {"/props": {"total_slots": 2}, "/slots": [{"n_ctx": 512}, {"n_ctx": 256}]})
     assert info.context_per_seq == 512 and info.notes == ["/slots: slots of different contexts [256, 512]; the first "
                                                           "is used"]
