@@ -329,7 +329,7 @@ def main(argv=None) -> int:
         print(f"error: {why}", file=sys.stderr)
         return 2
     from endpoint.records import write_json, write_text
-    from endpoint.server_metrics import identity
+    from endpoint.server_info import identity
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -299,7 +299,7 @@ def main(argv=None) -> int:
             summary.setdefault("priority", []).append(boost(srv.proc.pid))
             workers.append(srv.url)
             summary.setdefault("server_start_s", []).append(round(srv.started_s, 1))
-        from endpoint.server_metrics import identity
+        from endpoint.server_info import identity
 
         summary["server"] = identity(workers[0])
         summary["workers"] = {u: {"cpus": [i]} for i, u in enumerate(workers)}

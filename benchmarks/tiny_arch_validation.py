@@ -151,7 +151,7 @@ def start_server(name: str, spec: dict, model_dir: Path, out: Path, args, summar
 
 def run_arch(name: str, args) -> dict:
     from endpoint.records import write_json, write_text
-    from endpoint.server_metrics import identity
+    from endpoint.server_info import identity
     from sim.scenario.specs import model_from_hf_config
 
     spec = ARCHS[name]

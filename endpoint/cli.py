@@ -43,7 +43,7 @@ def limits(args) -> tuple[float, float | None]:
 def cmd_loadgen(args) -> int:
     from endpoint.measure import check_url, measure, served_model
     from endpoint.records import itl_frame, requests_frame, write_run
-    from endpoint.server_metrics import identity
+    from endpoint.server_info import identity
     from sim.cli.console import console
     from sim.scenario.load import load_scenario
 

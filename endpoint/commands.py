@@ -29,7 +29,7 @@ def add_endpoint_options(p, what: str) -> None:
 def sim_model_for(url: str, served: str, given: str | None):
     """The scenario ``model:`` of the served model: ``--model`` (catalog name or config.json),
     else the served model's local folder's config.json."""
-    from endpoint.server_metrics import identity
+    from endpoint.server_info import identity
 
     if given:
         p = Path(given)

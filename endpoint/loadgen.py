@@ -237,7 +237,12 @@ async def send(session, url: str, req: Request, opts: Options, rec: Record, t0: 
     for attempt in range(2):
         ctx = SimpleNamespace(reused=False, answered=False)
         try:
-            await _stream(session, url, body, rec, t0, stats, ctx)
+            if attempt == 0:
+                await _stream(session, url, body, rec, t0, stats, ctx)
+            else:  # a new connection: the pool's other idle ones may have been closed as well
+                async with aiohttp.ClientSession(timeout=session.timeout,
+                                                 connector=aiohttp.TCPConnector(force_close=True)) as fresh:
+                    await _stream(fresh, url, body, rec, t0, stats, ctx)
         except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
             if attempt == 0 and ctx.reused and not ctx.answered:
                 rec.retries += 1

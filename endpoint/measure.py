@@ -28,7 +28,7 @@ def check_url(url: str) -> str:
 def served_model(url: str, model: str | None, field: str = "--model") -> str:
     """``model`` if the server serves it (``field``: the option that named it), else the
     server's first model."""
-    from endpoint.server_metrics import identity
+    from endpoint.server_info import identity
 
     ids = [m["id"] for m in identity(url).get("models", []) if isinstance(m.get("id"), str)]
     if model is None:

@@ -9,7 +9,7 @@ import numpy as np
 
 from endpoint.loadgen import Request
 from endpoint.prompts import PromptBuilder, WordVocab, word_vocab
-from endpoint.server_metrics import identity
+from endpoint.server_info import identity
 from sim.errors import InputError, ScenarioError
 from sim.traffic import Workload, build_workload
 

@@ -71,6 +71,12 @@ class ServerInfo:
         return self.kv_tokens // block_size
 
 
+def identity(url: str) -> dict:
+    """What the server says it is, as a plain dict (url, engine, version, models, metrics,
+    cache config, the limits it publishes and where each was read)."""
+    return read(url).as_dict()
+
+
 def read(url: str, timeout: float = 5.0) -> ServerInfo:
     """Ask the server every place an engine publishes itself."""
     answers: dict[str, object] = {}

@@ -1,4 +1,4 @@
-"""The server's Prometheus ``/metrics`` and identity (what ``endpoint/server_info.py`` reads).
+"""The server's Prometheus ``/metrics`` (its identity and limits: ``endpoint/server_info.py``).
 
 vLLM, SGLang and llama.cpp (``--metrics``) expose running and waiting requests (llama.cpp:
 processing and deferred), KV-cache use and, vLLM, per-iteration token counts and its cache
@@ -96,15 +96,6 @@ def get(url: str, path: str, timeout: float = 5.0) -> bytes | None:
 def scrape(url: str) -> Metrics | None:
     body = get(url, "/metrics")
     return None if body is None else parse(body.decode("utf-8", "replace"))
-
-
-def identity(url: str) -> dict:
-    """What the server says it is (``endpoint.server_info.read``) as a plain dict: url, engine,
-    version, models (id, root, max_model_len), metrics (whether ``/metrics`` answers), cache
-    config, and the limits it publishes with where each was read."""
-    from endpoint.server_info import read
-
-    return read(url).as_dict()
 
 
 class Sampler:

@@ -16,8 +16,7 @@ from endpoint.failures import describe, failure_counts, kind_of
 from endpoint.loadgen import Request, emits_token
 from endpoint.probes import GapPoint, ProbeData, TtftPoint
 from endpoint.records import itl_frame, requests_frame, write_run
-from endpoint.server_info import from_answers
-from endpoint.server_metrics import identity
+from endpoint.server_info import from_answers, identity
 from sim.cli.app import main
 from sim.errors import InputError
 from sim.pricing.profile import Device, LinearFit, Ops, Profile, Table, save_profile
@@ -131,6 +130,16 @@ def test_what_the_server_publishes_is_checked(server, tmp_path, capsys):
         info = from_answers("u", {"/props": {"total_slots": bad}})
         assert info.max_seqs is None and info.problems == [
             f"the server publishes /props total_slots = {bad!r}, not a positive whole number"]
+
+
+def test_a_retry_goes_out_on_a_new_connection(monkeypatch):
+    """Three requests at once leave three kept-alive connections idle; the fourth, later, goes
+    out on one of them, which the server closed: its retry must not take another of the
+    pool's (the server closed those too, as llama.cpp's does at its keep-alive limits)."""
+    late = [Request(3, 5.0, list(range(100, 120)), 20, 6)]
+    res = run_on_fake(monkeypatch, reqs(3) + late, faults=Faults("close-reused"))
+    assert [r.error for r in res.records] == [""] * 4
+    assert res.records[3].retries == 1 and res.records[3].output_tokens == 6
 
 
 def test_failures_are_counted_by_kind():

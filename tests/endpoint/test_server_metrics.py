@@ -1,4 +1,5 @@
-from endpoint.server_metrics import CACHE_INFO, ITER_TOKENS, RUNNING, identity, parse
+from endpoint.server_info import identity
+from endpoint.server_metrics import CACHE_INFO, ITER_TOKENS, RUNNING, parse
 
 TEXT = '''# HELP vllm:num_requests_running Number of requests
 # TYPE vllm:num_requests_running gauge
