@@ -338,6 +338,9 @@ def arch_readme(summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+NOTES = "NOTES.md"
+
+
 def index_readme(root: Path) -> str:
     lines = ["# servesim against vLLM-CPU: tiny models of other architectures", "",
              "Random-weight models (`--load-format dummy`) of real Hugging Face architectures, shrunk to tens of "
@@ -348,6 +351,8 @@ def index_readme(root: Path) -> str:
              "flags). `tests/endpoint/test_tiny_arch_results.py` checks these tables against the files.", "",
              f"Targets: median per-request E2E error ≤ {TARGETS['e2e']:.0%} and TTFT ≤ {TARGETS['ttft']:.0%}, or "
              "within the two measured runs' own difference.", ""]
+    if (root / NOTES).is_file():  # what changed since the runs, written by hand, kept across rewrites
+        lines += [(root / NOTES).read_text().rstrip(), ""]
     for f in sorted(root.glob("*/summary.json")):
         s = json.loads(f.read_text())
         lines += [f"## {s['arch']}: {s['what']}", ""]
