@@ -369,7 +369,10 @@ def scenarios(draw, profiles):
     if cost != "roofline" and layout in ("replicas", "disaggregated"):  # the profiles are tp=1
         f["cost"] = {"model": "profile", "profile": profiles[cost]}
     if layout in ("replicas", "disaggregated") and "cost" not in f and draw(st.booleans()):
-        f["model"] = "gpt-oss-20b"  # windowed layers (W = 128): the cap, loose cached blocks, the hand-off
+        # windowed layers (gpt-oss W = 128, gemma3-tiny W = 256): the cap, tokens in flight, loose cached
+        # blocks, the hand-off; a hybrid's state from the blocks (nemotron-h-tiny, vLLM V1)
+        f["model"] = draw(st.sampled_from(["gpt-oss-20b", "gpt-oss-20b", *(
+            {"hf_config": str(TINY / name / "config.json")} for name in ("gemma3-tiny", "nemotron-h-tiny"))]))
         f.pop("hardware__memory_utilization")
         f["hardware__kv_blocks"] = draw(st.sampled_from([400, 3000]))
     if arrival != "closed" and draw(st.integers(0, 3)) == 0:  # traffic classes with priorities
