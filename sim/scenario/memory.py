@@ -128,8 +128,9 @@ def state_share(model: ModelSpec, block_size: int, kv_dtype: str | None, tp: int
 
 def window_cap(model: ModelSpec, block_size: int, kv_dtype: str | None, tp: int, pp: int) -> dict[str, int]:
     """How the core caps a request's blocks in sliding-window (and chunked) layers: their share
-    of a block's bytes, in parts per million, and the most blocks of tokens they keep
-    (``ceil(W / block) + 1``)."""
+    of a block's bytes, in parts per million, the most blocks of tokens they keep at rest
+    (``ceil(W / block) + 1``) and W itself (a step's tokens in flight add to the cap:
+    sim/core/kvblocks.py, ``window_cap``)."""
     if not model.windowed_layers or model.sliding_window >= model.max_model_len:
         return {}
     b = DTYPE_BYTES[kv_dtype or model.dtype]
