@@ -225,14 +225,20 @@ def resimulate_arch(name: str, args) -> dict:
                       sched["block_size"], sched["max_num_seqs"], notes)
     fragment = yaml.safe_load(profile.with_suffix(".scenario.yaml").read_text())
     if kv and kv != (fragment.get("hardware") or {}).get("kv_blocks"):
-        summary.setdefault("notes", []).append(
+        cal = summary["calibration"]
+        cal.setdefault("kv_blocks_run", cal["kv_blocks"])  # what the run itself simulated with, kept once
+        if "simulated_req_per_s_run" not in cal["saturation"]:  # the run's, or as an earlier resimulation noted it
+            said = [re.search(r"simulated with \d+ blocks: ([\d.]+) req/s", n) for n in summary.get("notes", [])
+                    if n.startswith("resimulated: ")]
+            cal["saturation"]["simulated_req_per_s_run"] = (float(said[0].group(1)) if said and said[0]
+                                                            else cal["saturation"]["simulated_req_per_s"])
+        summary["notes"] = [n for n in summary.get("notes", []) if not n.startswith("resimulated: ")] + [
             f"resimulated: {notes[0] if notes else f'KV blocks {kv}'}; the measured runs are those of the run "
-            f"(calibration's saturation check, simulated with {summary['calibration']['kv_blocks']} blocks: "
-            f"{summary['calibration']['saturation']['simulated_req_per_s']:.2f} req/s; below: with {kv})")
+            f"(calibration's saturation check, simulated with {cal['kv_blocks_run']} blocks: "
+            f"{cal['saturation']['simulated_req_per_s_run']:.2f} req/s; below: with {kv})"]
         fragment["hardware"] = {"kv_blocks": kv}
         write_text(profile.with_suffix(".scenario.yaml"), yaml.safe_dump(fragment, sort_keys=False))
-        summary["calibration"]["kv_blocks_run"] = summary["calibration"]["kv_blocks"]
-        summary["calibration"]["kv_blocks"] = kv
+        cal["kv_blocks"] = kv
     fragment["cost"]["profile"] = str(profile.resolve())
     sat = summary["calibration"].get("saturation")
     if sat and summary["calibration"].get("kv_blocks_run"):  # calibration's closed loop with these blocks
@@ -332,6 +338,9 @@ def arch_readme(summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+NOTES = "NOTES.md"
+
+
 def index_readme(root: Path) -> str:
     lines = ["# servesim against vLLM-CPU: tiny models of other architectures", "",
              "Random-weight models (`--load-format dummy`) of real Hugging Face architectures, shrunk to tens of "
@@ -342,6 +351,8 @@ def index_readme(root: Path) -> str:
              "flags). `tests/endpoint/test_tiny_arch_results.py` checks these tables against the files.", "",
              f"Targets: median per-request E2E error ≤ {TARGETS['e2e']:.0%} and TTFT ≤ {TARGETS['ttft']:.0%}, or "
              "within the two measured runs' own difference.", ""]
+    if (root / NOTES).is_file():  # what changed since the runs, written by hand, kept across rewrites
+        lines += [(root / NOTES).read_text().rstrip(), ""]
     for f in sorted(root.glob("*/summary.json")):
         s = json.loads(f.read_text())
         lines += [f"## {s['arch']}: {s['what']}", ""]

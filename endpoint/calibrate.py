@@ -201,7 +201,8 @@ def calibrate(s: Settings, vocab: WordVocab, log=print, data: ProbeData | None =
         speed["each_s"] = [p["probe_s"] for p in probes]
 
         f = fit_measurements(data, budget, s.url)
-        kv_blocks = (kv_blocks_of(info.cache_config, _sim_spec(s), block, max_seqs, s.notes) if info.cache_config
+        kv_blocks = (kv_blocks_of(info.cache_config, _sim_spec(s), block, max_seqs, s.notes, info.engine)
+                     if info.cache_config
                      else info.kv_blocks(block))
         sched = scheduler_of(info, budget, max_seqs, block, max_len)
         profile = _profile(s, ident, f, sched, kv_blocks, data, speed)
@@ -255,7 +256,7 @@ def _sim_spec(s: Settings):
 
 
 def kv_blocks_of(cache: dict, spec=None, block: int | None = None, max_seqs: int = 0,
-                 notes: list[str] | None = None) -> int | None:
+                 notes: list[str] | None = None, engine: str = "vllm") -> int | None:
     """The server's KV cache in servesim's blocks (``block`` tokens of every KV-cached layer).
 
     vLLM's ``num_gpu_blocks`` is that where every layer caches the same (one group of all
@@ -264,7 +265,9 @@ def kv_blocks_of(cache: dict, spec=None, block: int | None = None, max_seqs: int
     counts blocks several times smaller than servesim's (Gemma-3 shape, 5 sliding : 1 full: six
     times). For such a model, where the server publishes its KV memory
     (``kv_cache_memory_bytes``, KV dtype ``auto``: the model's), the blocks are that memory, less
-    the state ``max_seqs`` requests hold, over one servesim block's bytes."""
+    the state ``max_seqs`` requests hold where the engine reserves it (``state_memory`` of its
+    preset: vLLM V1 takes it from the same blocks per running request instead), over one servesim
+    block's bytes."""
     try:
         n = int(cache["num_gpu_blocks"])
     except (KeyError, ValueError, TypeError):
@@ -277,11 +280,16 @@ def kv_blocks_of(cache: dict, spec=None, block: int | None = None, max_seqs: int
         return n
     if cache.get("cache_dtype", "auto") != "auto" or not spec.kv_bytes_per_token():
         return n
-    state = spec.state_bytes_per_request() * max_seqs
+    from sim.scenario.engines import presets
+
+    pooled = presets().get(engine, {}).get("state_memory", "reserved") == "pool"
+    state = 0.0 if pooled else spec.state_bytes_per_request() * max_seqs
     blocks = max(1, int((mem - state) // (block * spec.kv_bytes_per_token())))
     if notes is not None:
         notes.append(f"KV blocks {blocks}: the server's {mem / 2**20:.1f} MiB of KV cache"
                      + (f" less {state / 2**20:.1f} MiB of state for {max_seqs} requests" if state else "")
+                     + (" (each running request's state taken from them)" if pooled and spec.state_bytes_per_request()
+                        else "")
                      + f" over {block} tokens of every layer (vLLM's hybrid allocator counts {n} blocks "
                        "of one layer group)")
     return blocks

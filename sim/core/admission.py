@@ -8,7 +8,7 @@ from sim.core import queues
 from sim.core.jit import jit, leaf
 from sim.core.outbox import emit
 from sim.core.requests import RejectReason, Status
-from sim.core.state import DONE, Counter, Setting
+from sim.core.state import CHUNKED_PREFILL, DONE, SLOTS, STATIC, Counter, Setting
 
 WAITING, RUNNING, REJECTED = int(Status.WAITING), int(Status.RUNNING), int(Status.REJECTED)
 KV_CAPACITY = int(RejectReason.EXCEEDS_KV_CAPACITY)
@@ -22,7 +22,10 @@ def never_fits(c, e, rid):
     total = c.req.prompt_len[rid] + c.req.output_len[rid]
     if total > c.settings[e, Setting.MAX_LEN]:
         return MAX_MODEL_LEN
-    if kv.blocks_for(c, e, total) > c.settings[e, Setting.NUM_BLOCKS]:
+    policy = c.settings[e, Setting.POLICY]
+    step = (total if policy == STATIC else c.settings[e, Setting.CHUNK]
+            if policy in (CHUNKED_PREFILL, SLOTS) else c.settings[e, Setting.MAX_BATCHED])
+    if kv.peak_blocks(c, e, total, step) > c.settings[e, Setting.NUM_BLOCKS]:
         return KV_CAPACITY
     return 0
 
@@ -89,7 +92,7 @@ def admit_waiting(c, e, token_budget, seq_budget, chunked, reserve_whole):
             if not (oversized and added == 0):
                 break  # wait for the next step's budget
         reserve = r.prompt_len[rid] + r.output_len[rid] if reserve_whole else n
-        need = kv.own_blocks(c, e, computed + reserve, hit)
+        need = kv.own_blocks_in(c, e, computed + reserve, hit, n)
         pinned = kv.pin_cost(c, e, rid, hit, computed + reserve) if hit else 0
         if need + pinned > room:
             break
@@ -103,6 +106,7 @@ def admit_waiting(c, e, token_budget, seq_budget, chunked, reserve_whole):
         r.num_computed[rid] = computed
         r.num_blocks[rid] = hit + need
         r.cache_blocks[rid] = hit
+        kv.note_flight(c, e, rid, computed + reserve)
         join_running(c, e, rid)
         add_row(c, e, rid, n)
         added += 1

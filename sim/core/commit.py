@@ -108,6 +108,7 @@ def commit(c, e, now, stopped, use_stopped):
     decodes = 0
     for i in range(pn):
         num_computed[ids[i]] = comp[i] + new[i]
+        kv.settle(c, e, ids[i])
         tokens += new[i]
         if is_decode(new[i], comp[i]):
             decodes += 1

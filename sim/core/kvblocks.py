@@ -22,6 +22,20 @@ Free memory is then ``FREE`` (cached blocks counted whole) plus the loose blocks
 ``available`` and ``in_use`` say so, and ``allocate`` may take from that share (``FREE`` below 0).
 Without windowed layers, or without prefix caching, the share is 0 and every rule reduces to
 counting blocks.
+
+Two things a request holds beside its tokens' blocks, both counted in ``own_blocks_in``, the one
+rule every caller goes through (admission, growth, preemption, swap, the hand-off, the KV
+figures):
+
+- *tokens in flight*: while a step computes a request's new tokens (a prefill chunk, speculative
+  drafts), its windowed layers hold the window's last W - 1 tokens and all of those, + a block
+  (``window_cap``, vLLM V1's SlidingWindowSpec.max_admission_blocks_per_request); the blocks past
+  the resting cap are noted (``flight_blocks``) and given back when the step ends (``settle``);
+- *state*: where the engine takes a running request's linear-attention / SSM state from the same
+  blocks (vLLM V1's hybrid KV cache manager: MambaManager, one page per state layer padded to the
+  attention layers' page), ``STATE_PPM`` millionths of a block per request, held as long as it
+  holds KV (sim/scenario/memory.py: ``state_share``). Engines with a pool of their own for it
+  reserve it in the memory budget instead, and ``STATE_PPM`` is 0.
 """
 
 from __future__ import annotations
@@ -39,16 +53,48 @@ def token_blocks(tokens, block_size):
 
 
 @leaf
-def own_blocks(c, e, tokens, k):
+def window_cap(c, e, flight):
+    """The most blocks a windowed layer holds of a request while a step computes ``flight`` of
+    its tokens: the window's last W - 1 tokens and those in flight, + a block (vLLM V1's
+    SlidingWindowSpec.max_admission_blocks_per_request; a chunked layer's chunk alike); at rest
+    or decoding one token, ``WINDOW_BLOCKS``."""
+    if flight <= 1:
+        return c.settings[e, Setting.WINDOW_BLOCKS]
+    return token_blocks(c.settings[e, Setting.WINDOW] - 1 + flight, c.settings[e, Setting.BLOCK_SIZE]) + 1
+
+
+@leaf
+def state_blocks(c, e):
+    """Whole blocks a request's state adds to its tokens' blocks (without windowed layers)."""
+    return -(-c.settings[e, Setting.STATE_PPM] // PPM)
+
+
+@leaf
+def own_blocks_in(c, e, tokens, k, flight):
     """Blocks of its own a request of ``tokens`` tokens holds when its first ``k`` blocks are
-    shared through the prefix cache: its other blocks, their windowed share only for those
-    within the window (the last ``WINDOW_BLOCKS`` blocks of the request)."""
+    shared through the prefix cache and a step computes ``flight`` of its tokens: its other
+    blocks, their windowed share only for those within the window (``window_cap``), and its
+    state where the engine takes it from the blocks (``STATE_PPM``)."""
     m = token_blocks(tokens, c.settings[e, Setting.BLOCK_SIZE]) - k
     ppm = c.settings[e, Setting.WINDOW_PPM]
-    w = c.settings[e, Setting.WINDOW_BLOCKS]
+    s = c.settings[e, Setting.STATE_PPM]
+    w = window_cap(c, e, flight) if ppm else 0
     if ppm == 0 or m <= w:
-        return m
-    return -(-((PPM - ppm) * m + ppm * w) // PPM)
+        return m if s == 0 else m + state_blocks(c, e)
+    return -(-((PPM - ppm) * m + ppm * w + s) // PPM)
+
+
+@leaf
+def own_blocks(c, e, tokens, k):
+    """``own_blocks_in`` at rest (or decoding one token)."""
+    return own_blocks_in(c, e, tokens, k, 1)
+
+
+@leaf
+def token_room(c, e, blocks):
+    """Tokens surely held by a request holding ``blocks`` blocks (its state's aside): a request
+    of no more tokens needs no more blocks, whatever its window, state or tokens in flight."""
+    return (blocks - state_blocks(c, e)) * c.settings[e, Setting.BLOCK_SIZE]
 
 
 @leaf
@@ -58,10 +104,40 @@ def blocks_for(c, e, tokens):
 
 
 @leaf
-def short(c, e, rid, tokens):
-    """Blocks ``rid`` still needs to hold ``tokens`` tokens (0 or less: it holds enough)."""
+def short(c, e, rid, tokens, flight):
+    """Blocks ``rid`` still needs to hold ``tokens`` tokens, ``flight`` of them computed by the
+    coming step (0 or less: it holds enough)."""
     k = c.req.cache_blocks[rid]
-    return k + own_blocks(c, e, tokens, k) - c.req.num_blocks[rid]
+    return k + own_blocks_in(c, e, tokens, k, flight) - c.req.num_blocks[rid]
+
+
+@leaf
+def peak_blocks(c, e, tokens, step):
+    """The most blocks a request of ``tokens`` tokens holds alone, computed ``step`` tokens at a
+    time: whether it can ever run."""
+    return own_blocks_in(c, e, tokens, 0, min(tokens, step))
+
+
+@leaf
+def note_flight(c, e, rid, tokens):
+    """``rid`` now holds its blocks for ``tokens`` tokens, some in flight: those past what it
+    holds at rest go back when the step ends (``settle``)."""
+    if c.settings[e, Setting.WINDOW_PPM]:
+        r = c.req
+        k = r.cache_blocks[rid]
+        r.flight_blocks[rid] = max(r.num_blocks[rid] - k - own_blocks(c, e, tokens, k), 0)
+
+
+@leaf
+def settle(c, e, rid):
+    """The step that computed ``rid``'s tokens in flight is over: its windowed layers' blocks
+    behind the window go back (vLLM frees them as it next schedules the request)."""
+    r = c.req
+    n = r.flight_blocks[rid]
+    if n:
+        r.num_blocks[rid] -= n
+        r.flight_blocks[rid] = 0
+        release(c, e, n)
 
 
 @leaf
@@ -182,8 +258,10 @@ def slide(c, e, rid, tokens):
 
 @jit
 def take(c, e, rid, n, tokens):
-    """``rid`` takes ``n`` more blocks (allocated) to hold ``tokens`` tokens; its window moves."""
+    """``rid`` takes ``n`` more blocks (allocated) to hold ``tokens`` tokens, some of them in
+    flight; its window moves."""
     c.req.num_blocks[rid] += n
+    note_flight(c, e, rid, tokens)
     slide(c, e, rid, tokens)
 
 
@@ -212,8 +290,15 @@ def drop_cache_refs(c, e, rid):
 def free_blocks(c, e, rid):
     """Give back every block ``rid`` holds."""
     drop_cache_refs(c, e, rid)
+    give_back(c, e, rid)
+
+
+@leaf
+def give_back(c, e, rid):
+    """``rid``'s own blocks (none shared any more) go back to the free ones."""
     release(c, e, c.req.num_blocks[rid])
     c.req.num_blocks[rid] = 0
+    c.req.flight_blocks[rid] = 0
 
 
 @leaf

@@ -98,7 +98,7 @@ def chunked(c, e):
             if budget <= 0:
                 break
             n = min(rest, budget)
-            need = kv.short(c, e, rid, done + n)
+            need = kv.short(c, e, rid, done + n, n)
             if need > kv.available(c, e):
                 break
             kv.allocate(c, e, need)

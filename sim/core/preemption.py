@@ -12,10 +12,10 @@ from sim.core.state import Counter, Setting
 
 
 @leaf
-def _short(c, e, rid, tokens, blocks, bs):
-    """The blocks ``rid`` misses for ``tokens`` tokens when ``blocks`` are held (most steps: none,
-    found without dividing)."""
-    return max(kv.short(c, e, rid, tokens), 0) if tokens > blocks * bs else 0
+def _short(c, e, rid, tokens, flight, blocks):
+    """The blocks ``rid`` misses for ``tokens`` tokens, ``flight`` of them in the coming step,
+    when ``blocks`` are held (most steps: none, found without dividing)."""
+    return max(kv.short(c, e, rid, tokens, flight), 0) if tokens > kv.token_room(c, e, blocks) else 0
 
 
 @jit
@@ -23,13 +23,12 @@ def grow(c, e, first):
     """Give plan rows ``first``.. the blocks their new tokens need (and speculative drafts'),
     preempting the newest running requests until everything left fits."""
     r = c.req
-    bs = c.settings[e, Setting.BLOCK_SIZE]
     ahead = c.settings[e, Setting.SPEC_K]
     ids, new, num_computed, num_blocks = c.p_ids[e], c.p_new[e], r.num_computed, r.num_blocks
     while True:
         total = 0
         for i in range(first, c.counters[e, Counter.PN]):
-            total += _short(c, e, ids[i], num_computed[ids[i]] + new[i] + ahead, num_blocks[ids[i]], bs)
+            total += _short(c, e, ids[i], num_computed[ids[i]] + new[i] + ahead, new[i] + ahead, num_blocks[ids[i]])
         if total == 0 or total <= kv.available(c, e) or c.counters[e, Counter.NRUN] == 0:
             break
         victim = c.running[e, c.counters[e, Counter.NRUN] - 1]
@@ -47,7 +46,7 @@ def grow(c, e, first):
         for i in range(first, c.counters[e, Counter.PN]):
             rid = ids[i]
             tokens = num_computed[rid] + new[i] + ahead
-            kv.take(c, e, rid, _short(c, e, rid, tokens, num_blocks[rid], bs) if total else 0, tokens)
+            kv.take(c, e, rid, _short(c, e, rid, tokens, new[i] + ahead, num_blocks[rid]) if total else 0, tokens)
 
 
 @jit
@@ -73,11 +72,10 @@ def preempt(c, e, rid):
     n = kv.swap_size(c, e, rid)
     if c.settings[e, Setting.SWAP] and n <= c.counters[e, Counter.HOST_FREE]:
         kv.drop_cache_refs(c, e, rid)  # shared blocks stay cached; its own blocks go to host memory
-        kv.release(c, e, r.num_blocks[rid])
+        kv.give_back(c, e, rid)
         c.counters[e, Counter.HOST_FREE] -= n
         c.counters[e, Counter.SWAP_OUT] += n
         r.swapped_blocks[rid] = n
-        r.num_blocks[rid] = 0
         queues.push_back(c, e, queues.swapped_q(c), rid)
         return
     kv.free_blocks(c, e, rid)

@@ -73,6 +73,7 @@ class Requests(NamedTuple):
     held_blocks: np.ndarray  # i8: handed over: blocks its prefill replica keeps until the KV is sent
     held_cached: np.ndarray  # i8: of which shared through the prefix cache
     window_from: np.ndarray  # i8: its first cached block within its sliding window (sim/core/kvblocks.py)
+    flight_blocks: np.ndarray  # i8: of its blocks, those its step's tokens in flight take past its window (kvblocks)
     handoff_s: np.ndarray  # f8: handed over: the duration of the step that prefilled it
     class_id: np.ndarray  # i2
     level: np.ndarray  # i2: priority level, 0 served first
@@ -117,7 +118,7 @@ class RequestTable:
             preemptions=np.zeros(n, dtype=np.int32),
             first_scheduled=nan(), first_token=nan(), completion=nan(), last_token=nan(),
             cached_tokens=i8(), cache_blocks=i8(), swapped_blocks=i8(), held_blocks=i8(), held_cached=i8(),
-            window_from=i8(),
+            window_from=i8(), flight_blocks=i8(),
             handoff_s=np.zeros(n), class_id=np.zeros(n, dtype=np.int16), level=np.zeros(n, dtype=np.int16),
             prefix_offsets=np.zeros(n + 1, dtype=np.int64), prefix_ids=np.zeros(0, dtype=np.int64),
             prefix_nodes=np.zeros(0, dtype=np.int32),

@@ -32,9 +32,10 @@ def columns(name: str, names: str, doc: str) -> type[IntEnum]:
 
 
 Setting = columns("Setting", """POLICY NUM_BLOCKS BLOCK_SIZE MAX_SEQS MAX_BATCHED CHUNK WATERMARK BATCH_SIZE
-    SWAP PREFIX SPEC_K ROLE REPLICA MAX_LEN TP MULTI_STEP WINDOW_BLOCKS WINDOW_PPM""",
-                  "An engine's settings: settings[e, Setting.X] (int64). WINDOW_*: sliding-window layers' cap "
-                  "(sim/core/kvblocks.blocks_for).")
+    SWAP PREFIX SPEC_K ROLE REPLICA MAX_LEN TP MULTI_STEP WINDOW_BLOCKS WINDOW_PPM WINDOW STATE_PPM""",
+                  "An engine's settings: settings[e, Setting.X] (int64). WINDOW*: sliding-window layers' cap "
+                  "(WINDOW: their window in tokens); STATE_PPM: a running request's linear-attention / SSM "
+                  "state taken from the blocks, in millionths of a block (sim/core/kvblocks.own_blocks_in).")
 FloatSetting = columns("FloatSetting", "BATCH_TIMEOUT",
                        "An engine's float settings: float_settings[e, FloatSetting.X].")
 Counter = columns("Counter", """FREE HOST_FREE NRUN NWAIT NSWAP NREMOTE NTRANSFER PREEMPTED PN SWAP_IN SWAP_OUT
@@ -177,6 +178,8 @@ class EngineSpec:
     tp: int = 1
     window_blocks: int = 0  # the most blocks a sliding-window layer keeps per request (0: no cap)
     window_ppm: int = 0  # parts per million of a block's bytes in those layers
+    window: int = 0  # their window, in tokens
+    state_ppm: int = 0  # a running request's state taken from the blocks, in millionths of a block
 
 
 def engines_of(scenario) -> list[EngineSpec]:
@@ -192,7 +195,8 @@ def engines_of(scenario) -> list[EngineSpec]:
         if spec.scheduler.slot_context is not None:  # slots: a request longer than a slot is refused
             max_len = min(max_len, spec.scheduler.slot_context)
         out += [EngineSpec(spec.scheduler, mem.num_blocks // pp, mem.block_size, max_len,
-                           spec.index, spec.role, host, hw.tp, mem.window_blocks, mem.window_ppm)] * pp
+                           spec.index, spec.role, host, hw.tp, mem.window_blocks, mem.window_ppm,
+                           mem.window, mem.state_ppm)] * pp
     return out
 
 
@@ -284,7 +288,7 @@ def core_of(engines: list[EngineSpec], requests: RequestTable, *, seed: int = 0,
             swap=s.preemption == "swap", prefix=s.prefix_caching,
             spec_k=s.speculative.num_tokens if s.speculative else 0, role=ROLES[x.role], replica=x.replica,
             max_len=x.max_model_len, tp=x.tp, multi_step=s.num_scheduler_steps, window_blocks=x.window_blocks,
-            window_ppm=x.window_ppm)
+            window_ppm=x.window_ppm, window=x.window, state_ppm=x.state_ppm)
         put(float_settings[e], FloatSetting, batch_timeout=s.batch_timeout_s)
         counters[e, Counter.FREE] = x.num_blocks
         counters[e, Counter.HOST_FREE] = x.host_blocks

@@ -70,7 +70,7 @@ def decode_run(c, costs, L, e, now, end, horizon):
     c0 = c.p_comp[e, :n].copy()  # cached tokens before step 1
     h = r.num_blocks[ids]  # blocks held for step 1
     rem = r.output_len[ids] - r.num_generated[ids]  # a row's last step
-    grow_at = h * bs - c0 + 1  # the first step that needs a new block, then every bs steps
+    grow_at = (h - kv.state_blocks(c, e)) * bs - c0 + 1  # the first step that needs a new block, then every bs
     by_growth = _by_step(grow_at)  # the rows that grow or end within the run, by step
     by_end = _by_step(rem)  # ties stay in running order
     live = np.ones(n, dtype=np.bool_)

@@ -68,6 +68,12 @@ def memory_of(name: str) -> str:
     return presets()[name].get("memory_of", "total")
 
 
+def state_memory_of(name: str) -> str:
+    """Where the engine keeps a request's linear-attention / SSM state: ``pool`` (taken from the
+    KV blocks per running request) or ``reserved`` (its own pool for max_num_seqs requests)."""
+    return presets()[name].get("state_memory", "reserved")
+
+
 def _name(engine: Any) -> str | None:
     if engine is None:
         return DEFAULT_ENGINE

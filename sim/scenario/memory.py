@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sim.scenario.specs import GpuSpec, ModelSpec
-from sim.scenario.specs.layers import WINDOWED
+from sim.scenario.specs.layers import KV_CACHED, WINDOWED
 from sim.scenario.specs.models import DTYPE_BYTES
 
 GiB = 1024**3
@@ -21,10 +21,12 @@ class MemoryBudget:
     kv_bytes_per_token: float  # per GPU
     block_size: int
     fixed_blocks: int | None = None  # set by hand (hardware.kv_blocks), e.g. to match an engine
-    state_bytes: float = 0.0  # linear-attention / SSM state held for max_num_seqs requests, per GPU
+    state_bytes: float = 0.0  # linear-attention / SSM state reserved for max_num_seqs requests, per GPU
     notes: tuple[str, ...] = ()  # where the counting knowingly departs from the engines (sliding windows)
     window_blocks: int = 0  # the most blocks a sliding-window layer keeps per request (0: no cap)
     window_ppm: int = 0  # parts per million of a block's bytes in sliding-window layers
+    window: int = 0  # their window, in tokens
+    state_ppm: int = 0  # a running request's state taken from the blocks, in millionths of a block (or 0)
 
     @property
     def num_blocks(self) -> int:
@@ -54,7 +56,8 @@ def memory_budget(model: ModelSpec, gpu: GpuSpec, *, tp: int = 1, pp: int = 1,
                   activation_bytes: float | None = None, weight_dtype: str | None = None,
                   kv_dtype: str | None = None, expert_parallel: bool = False,
                   fixed_blocks: int | None = None, share_of: str = "total",
-                  draft_weight_bytes: float = 0.0, prefix_caching: bool = False) -> MemoryBudget:
+                  draft_weight_bytes: float = 0.0, prefix_caching: bool = False,
+                  state_memory: str = "pool") -> MemoryBudget:
     """KV memory per GPU = memory × utilisation − weights − activation reserve, or, where the
     engine's utilisation is a share of the free memory (``share_of="free"``: TensorRT-LLM's
     kv_cache_free_gpu_mem_fraction, TurboMind's cache_max_entry_count), (memory − weights −
@@ -63,8 +66,10 @@ def memory_budget(model: ModelSpec, gpu: GpuSpec, *, tp: int = 1, pp: int = 1,
     Weights and KV are sharded over tensor-parallel ranks (by heads) and pipeline stages
     (by layers), so one GPU holds 1/(tp·pp) of each. KV heads are replicated when TP exceeds
     their number; MLA's latent cache is whole on every rank. Linear-attention / SSM layers hold a
-    fixed state per request instead, reserved for ``max_num_seqs`` requests (as vLLM sizes its
-    mamba cache) and taken from the KV memory. ``draft_weight_bytes``: an MTP or EAGLE head's
+    fixed state per request instead: with ``state_memory="pool"`` (vLLM V1) each running request
+    takes it from the KV blocks, padded to the attention layers' page (``state_share``); with
+    ``"reserved"`` (SGLang's mamba pool, vLLM V0's mamba cache) it is reserved for ``max_num_seqs``
+    requests and taken from the KV memory up front. ``draft_weight_bytes``: an MTP or EAGLE head's
     own weights (it shares the target's embedding and LM head). With expert parallelism the experts, not their
     columns, are split over TP. Sliding-window layers keep at most their window (+ a block) of a
     request's tokens (``window_blocks``, ``window_ppm``; see sim/core/kvblocks.py), with prefix
@@ -75,7 +80,8 @@ def memory_budget(model: ModelSpec, gpu: GpuSpec, *, tp: int = 1, pp: int = 1,
     weights = (model.weight_bytes(weight_dtype) + draft_weight_bytes) / (tp * pp)
     act = (activation_reserve_bytes(model, max_batched_tokens, max_num_seqs, tp)
            if activation_bytes is None else activation_bytes)
-    state = model.state_bytes_per_request() * max_num_seqs / (tp * pp)
+    pooled = state_share(model, block_size, kv_dtype, tp, pp) if state_memory == "pool" else {}
+    state = 0.0 if pooled else model.state_bytes_per_request() * max_num_seqs / (tp * pp)
     if share_of == "free":
         usable = weights + act + max(gpu.memory_bytes - weights - act - state, 0.0) * utilization + state
     else:
@@ -92,20 +98,46 @@ def memory_budget(model: ModelSpec, gpu: GpuSpec, *, tp: int = 1, pp: int = 1,
         state_bytes=state,
         notes=window_notes(model) if prefix_caching else (),
         **window_cap(model, block_size, kv_dtype, tp, pp),
+        **pooled,
     )
+
+
+def state_share(model: ModelSpec, block_size: int, kv_dtype: str | None, tp: int, pp: int) -> dict[str, int]:
+    """A running request's linear-attention / SSM state as the engine takes it from the KV
+    blocks, in millionths of one of servesim's blocks (``block_size`` tokens of every KV-cached
+    layer): vLLM V1's hybrid KV cache manager gives each state layer of a request whole pages of
+    the attention layers' page size (block_size tokens of one attention layer; MambaSpec's page
+    padded to it: vllm/v1/kv_cache_interface.py, vllm/model_executor/models/config.py
+    HybridAttentionMambaModelConfig). Empty for a model without state layers, or without
+    attention layers to share pages with (the state is then reserved)."""
+    if not model.state_bytes_per_request():
+        return {}
+    b = DTYPE_BYTES[kv_dtype or model.dtype]
+    pages = [model.kv_elements_per_layer(g.attention) * b / model.kv_shards(g.attention, tp) * block_size
+             for g in model.groups if g.attention in KV_CACHED]
+    block = model.kv_bytes_per_token_gpu(kv_dtype, tp, pp) * block_size
+    if not pages or not block:
+        return {}
+    page = max(pages)
+    s = DTYPE_BYTES[model.dtype]
+    per_layer = {"linear": model.linear_attention, "mamba": model.mamba}
+    n = sum(g.count * -(-(per_layer[g.attention].state_elements * s / tp) // page)
+            for g in model.groups if g.attention in per_layer)
+    return {"state_ppm": round(n * page / pp / block * 1_000_000)}
 
 
 def window_cap(model: ModelSpec, block_size: int, kv_dtype: str | None, tp: int, pp: int) -> dict[str, int]:
     """How the core caps a request's blocks in sliding-window (and chunked) layers: their share
-    of a block's bytes, in parts per million, and the most blocks of tokens they keep
-    (``ceil(W / block) + 1``)."""
+    of a block's bytes, in parts per million, the most blocks of tokens they keep at rest
+    (``ceil(W / block) + 1``) and W itself (a step's tokens in flight add to the cap:
+    sim/core/kvblocks.py, ``window_cap``)."""
     if not model.windowed_layers or model.sliding_window >= model.max_model_len:
         return {}
     b = DTYPE_BYTES[kv_dtype or model.dtype]
     windowed = sum(g.count * model.kv_elements_per_layer(g.attention) * b / model.kv_shards(g.attention, tp)
                    for g in model.groups if g.attention in WINDOWED) / pp
     share = windowed / model.kv_bytes_per_token_gpu(kv_dtype, tp, pp)
-    return {"window_blocks": -(-model.sliding_window // block_size) + 1,
+    return {"window_blocks": -(-model.sliding_window // block_size) + 1, "window": model.sliding_window,
             "window_ppm": min(1_000_000, round(share * 1_000_000))}
 
 

@@ -30,6 +30,7 @@ from sim.scenario.engines import (
     EngineCost,
     engine_cost,
     memory_of,
+    state_memory_of,
     with_engine_defaults,
 )
 from sim.scenario.engines import fitted as engine_fitted
@@ -532,6 +533,9 @@ class Engine(Strict):
     decode_gqa_reread: Annotated[float, Field(ge=0, le=1)] | None = None  # extra KV reads per grouped query head
     allreduce_latency_scale: NonNegativeFloat | None = None  # the engine's all-reduce latency / the link's
     memory_of: Literal["total", "free"] | None = None  # what hardware.memory_utilization is a share of
+    # where a linear-attention / SSM layer's state per request lives: taken from the KV blocks by
+    # each running request (pool) or reserved for max_num_seqs requests (reserved); sim/scenario/memory.py
+    state_memory: Literal["pool", "reserved"] | None = None
 
     @property
     def cost(self) -> EngineCost:
@@ -540,6 +544,10 @@ class Engine(Strict):
     @property
     def memory_share_of(self) -> str:
         return self.memory_of or memory_of(self.name)
+
+    @property
+    def state_memory_in(self) -> str:
+        return self.state_memory or state_memory_of(self.name)
 
 
 class Simulation(Strict):
@@ -655,6 +663,7 @@ class Scenario(Strict):
             kv_dtype=self.quantization.kv_cache, expert_parallel=hw.expert_parallel,
             fixed_blocks=slots or hw.kv_blocks, share_of=self.engine.memory_share_of,
             draft_weight_bytes=self._draft_head_bytes(sch), prefix_caching=sch.prefix_caching,
+            state_memory=self.engine.state_memory_in,
         )
 
     def _draft_head_bytes(self, sch: Scheduler) -> float:

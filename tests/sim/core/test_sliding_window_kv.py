@@ -48,13 +48,16 @@ def test_the_cap_is_the_windowed_layers_share_and_window():
 
 def test_a_long_request_holds_its_window_in_windowed_layers():
     """4,000 + 100 tokens: 257 blocks of tokens; the 10 global layers hold all of them, the 52
-    windowed ones 65, so the request holds ceil(10/62 × 257 + 52/62 × 65) blocks."""
+    windowed ones 65, so the request holds ceil(10/62 × 257 + 52/62 × 65) blocks — once its
+    prompt is computed: while it is (one step of 4,000 tokens in flight) the windowed layers hold
+    all 250 of its blocks (cdiv(1023 + 4000, 16) + 1 = 316 > 250, sim/core/kvblocks.py: window_cap)."""
     steps = simulate(_lone(4000, 100)).steps
     n, w, share = math.ceil(4100 / 16), 65, round(52 / 62 * 1e6)
-    assert steps["kv_blocks_used"].max() == -(-((1_000_000 - share) * n + share * w) // 1_000_000)
+    assert steps["kv_blocks_used"].iloc[0] == 250
+    assert steps["kv_blocks_used"].iloc[1:].max() == -(-((1_000_000 - share) * n + share * w) // 1_000_000)
     short = simulate(_lone(500, 100)).steps  # within the window: every block, as before
     assert short["kv_blocks_used"].max() == math.ceil(600 / 16)
-    assert steps["kv_blocks_used"].max() == capped(4100)
+    assert steps["kv_blocks_used"].iloc[1:].max() == capped(4100)
 
 
 def test_prefix_caching_counts_a_long_request_exactly_as_the_cap():
@@ -64,7 +67,7 @@ def test_prefix_caching_counts_a_long_request_exactly_as_the_cap():
     plain = simulate(_lone(4000, 100)).steps
     cached = simulate(_lone(4000, 100, scheduler__prefix_caching=True)).steps
     assert cached["kv_blocks_used"].tolist() == plain["kv_blocks_used"].tolist()
-    assert cached["kv_blocks_used"].tolist() == [capped(4000 + i) for i in range(100)]
+    assert cached["kv_blocks_used"].tolist() == [250] + [capped(4000 + i) for i in range(1, 100)]
 
 
 def test_a_cached_long_prompt_re_hit_takes_its_window_back():
@@ -109,6 +112,7 @@ def _windowed_engine(t: RequestTable, blocks: int) -> Standalone:
                         max_model_len=4096)
     engine.core.settings[0, Setting.WINDOW_PPM] = 500_000
     engine.core.settings[0, Setting.WINDOW_BLOCKS] = 3
+    engine.core.settings[0, Setting.WINDOW] = 32  # cdiv(32, 16) + 1 = 3
     return engine
 
 
@@ -129,13 +133,16 @@ def test_two_requests_sharing_a_prompt_hold_its_windowed_share_while_either_wind
             break
         tokens = {rid: int(t.num_computed[rid]) for rid in range(2) if t.status[rid] == 2}  # running, idle
         tokens |= dict(zip(plan.req_ids.tolist(), (plan.num_computed + plan.num_new_tokens).tolist(), strict=True))
+        flight = dict(zip(plan.req_ids.tolist(), plan.num_new_tokens.tolist(), strict=True))
         expected, covered = 0, set()
         shared = 0
         for rid, n_tok in tokens.items():
             n = -(-n_tok // 16)
             k = int(t.cache_blocks[rid])
             m = n - k
-            expected += -(-(m + min(m, 3)) // 2)  # (full share of m + windowed share of min(m, 3)) / 2, up
+            f = flight.get(rid, 1)  # a prefill's tokens in flight: the window's last 31 and those, + a block
+            w = 3 if f <= 1 else -(-(31 + f) // 16) + 1
+            expected += -(-(m + min(m, w)) // 2)  # (full share of m + windowed share of min(m, w)) / 2, up
             covered |= set(range(max(n - 3, 0), k))
             shared = max(shared, k)
         loose = shared - len(covered)

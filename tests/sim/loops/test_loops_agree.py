@@ -22,6 +22,14 @@ BURSTY = {"workload__arrival": {"process": "gamma", "rate": 15, "cv": 3.0}}
 LOADS = {"light": {}, "pressure": PRESSURE, "bursty": BURSTY}
 SHARED = {"workload__shared_prefix": {"num_prompts": 3, "length": 400},
           "workload__prompt_len": {"dist": "uniform", "min": 10, "max": 300}}
+TINY = Path(__file__).resolve().parents[3] / "benchmarks" / "vllm_cpu" / "tiny_models"
+
+
+def tiny(name: str, blocks: int, block: int, **fields) -> dict:
+    """A tiny model of benchmarks/vllm_cpu/tiny_models/ under KV pressure (its own KV blocks)."""
+    return {"model": {"hf_config": str(TINY / name / "config.json")}, "hardware__kv_blocks": blocks,
+            "scheduler__block_size": block, "workload__prompt_len": {"dist": "uniform", "min": 50, "max": 1800},
+            **PRESSURE, **fields}
 
 
 def both_loops(**fields):
@@ -94,6 +102,20 @@ CASES = {
         "scheduler__prefix_caching": True, "hardware__kv_blocks": 700,
         "workload__shared_prefix": {"num_prompts": 3, "length": 400},
         "workload__prompt_len": {"dist": "uniform", "min": 100, "max": 3000}, **PRESSURE},
+    # A hybrid model's state per running request from the KV blocks (vLLM V1), padded to the page,
+    # through growth, preemption (recompute, swap), decode runs and the hand-off; or reserved apart.
+    "hybrid-state-pool": tiny("nemotron-h-tiny", 60, 128),
+    "hybrid-state-pool-chunked-swap": tiny("qwen3-next-tiny", 40, 640, scheduler__policy="chunked-prefill",
+                                           scheduler__chunk_size=512, scheduler__preemption="swap"),
+    "hybrid-state-reserved": tiny("nemotron-h-tiny", 60, 128, engine="sglang"),
+    # A sliding window holds the tokens in flight during a prefill chunk (and speculative drafts).
+    "sliding-window-prefill-chunks": tiny("gemma3-tiny", 40, 128, scheduler__policy="chunked-prefill",
+                                          scheduler__chunk_size=512),
+    "sliding-window-speculative": {"model": "gemma-3-27b", "hardware__kv_blocks": 900,
+                                   "scheduler__policy": "chunked-prefill", "scheduler__chunk_size": 1024,
+                                   "scheduler__speculative": {"method": "ngram", "num_tokens": 3,
+                                                              "acceptance_rate": 0.6},
+                                   "workload__prompt_len": {"dist": "uniform", "min": 500, "max": 4000}, **PRESSURE},
     "kv-capacity": {"hardware__kv_blocks": 30, "workload__prompt_len": {"dist": "uniform", "min": 16, "max": 900}},
     "too-long": {"workload__prompt_len": {"dist": "uniform", "min": 4000, "max": 9000},
                  "workload__num_requests": 40},
@@ -138,6 +160,8 @@ FEATURES = {
         "prefill": {"count": 2}, "decode": {"count": 1, "hardware": {"kv_blocks": 2500}}},
         "scheduler__prefix_caching": True, "workload__shared_prefix": {"num_prompts": 2, "length": 600},
         "workload__prompt_len": {"dist": "uniform", "min": 100, "max": 3000}, **PRESSURE},
+    "disaggregated-hybrid-state": {**tiny("nemotron-h-tiny", 60, 128), "disaggregation": {
+        "prefill": {"count": 2}, "decode": {"count": 1}}},
     "power-of-two": {"replicas": 4, "router": {"policy": "power-of-two"}, **BURSTY},
     "prefix-affinity": {"replicas": 3, "router": {"policy": "prefix-affinity", "balance_abs": 2},
                         "scheduler__prefix_caching": True, **SHARED, **BURSTY},
@@ -345,7 +369,10 @@ def scenarios(draw, profiles):
     if cost != "roofline" and layout in ("replicas", "disaggregated"):  # the profiles are tp=1
         f["cost"] = {"model": "profile", "profile": profiles[cost]}
     if layout in ("replicas", "disaggregated") and "cost" not in f and draw(st.booleans()):
-        f["model"] = "gpt-oss-20b"  # windowed layers (W = 128): the cap, loose cached blocks, the hand-off
+        # windowed layers (gpt-oss W = 128, gemma3-tiny W = 256): the cap, tokens in flight, loose cached
+        # blocks, the hand-off; a hybrid's state from the blocks (nemotron-h-tiny, vLLM V1)
+        f["model"] = draw(st.sampled_from(["gpt-oss-20b", "gpt-oss-20b", *(
+            {"hf_config": str(TINY / name / "config.json")} for name in ("gemma3-tiny", "nemotron-h-tiny"))]))
         f.pop("hardware__memory_utilization")
         f["hardware__kv_blocks"] = draw(st.sampled_from([400, 3000]))
     if arrival != "closed" and draw(st.integers(0, 3)) == 0:  # traffic classes with priorities

@@ -153,12 +153,28 @@ def test_linear_attention_and_mamba_hold_a_state_per_request_instead():
     assert nem.state_bytes_per_request() == 54 * (inner * 256 + (inner + 2 * 8 * 256) * 3) * 2
 
 
-def test_ssm_state_is_reserved_for_max_num_seqs_out_of_the_kv_memory():
+def test_ssm_state_is_reserved_for_max_num_seqs_out_of_the_kv_memory_where_the_engine_keeps_it_apart():
+    m, h100 = get_model("qwen3-next-80b-a3b"), get_gpu("H100")
+    a = memory_budget(m, h100, tp=4, max_num_seqs=64, activation_bytes=1e9, state_memory="reserved")
+    b = memory_budget(m, h100, tp=4, max_num_seqs=128, activation_bytes=1e9, state_memory="reserved")
+    assert a.state_bytes == m.state_bytes_per_request() * 64 / 4 and a.state_ppm == 0
+    assert a.kv_bytes - b.kv_bytes == pytest.approx(m.state_bytes_per_request() * 64 / 4)
+
+
+def test_ssm_state_comes_from_the_kv_blocks_per_running_request_in_vllm_v1():
+    """Nothing reserved; each of the 36 gated delta nets' state (1,097,728 B, /4 per TP rank)
+    padded to whole pages of one attention layer's 16 tokens (2 KV heads × 256 × 2 × 2 B = 2 KiB a
+    token, one KV head per rank at TP 4: 16 KiB): ceil(274,432 / 16,384) = 17 pages each, against the 12
+    attention layers' page of a block: 36 × 17 / 12 = 51 blocks a request."""
     m, h100 = get_model("qwen3-next-80b-a3b"), get_gpu("H100")
     a = memory_budget(m, h100, tp=4, max_num_seqs=64, activation_bytes=1e9)
     b = memory_budget(m, h100, tp=4, max_num_seqs=128, activation_bytes=1e9)
-    assert a.state_bytes == m.state_bytes_per_request() * 64 / 4
-    assert a.kv_bytes - b.kv_bytes == pytest.approx(m.state_bytes_per_request() * 64 / 4)
+    assert a.state_bytes == 0 and a.kv_bytes == b.kv_bytes
+    per_layer = (32 * 128 * 128 + (2 * 16 * 128 + 32 * 128) * 3) * 2
+    assert per_layer == 1_097_728 and -(-per_layer // 4 // (16 * 2 * 256 * 2 * 2 // 2)) == 17
+    assert a.state_ppm == 36 * 17 * 1_000_000 // 12 == 51_000_000
+    plain = memory_budget(get_model("llama-3-8b"), h100)
+    assert plain.state_ppm == 0 and plain.state_bytes == 0
 
 
 # -- the issue's table: by name and by the real config.json ------------------------------------
