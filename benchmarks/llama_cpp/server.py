@@ -45,9 +45,14 @@ def installed() -> str | None:
 
 def flags(slots: int, slot_context: int, batch: int = 2048, threads: int = 1) -> list[str]:
     """``slots`` slots of ``slot_context`` tokens each (``-c`` is their sum), ``batch`` tokens a
-    step (n_batch), ``threads`` threads, the ``/metrics`` and ``/slots`` endpoints on."""
+    step (n_batch), ``threads`` threads, the ``/metrics`` and ``/slots`` endpoints on, and its
+    prompt caches off (a slot's reuse of its last prompt, ``--cache-prompt``, and the host-memory
+    prompt cache, ``--cache-ram``: both on by default; the slots scheduler has no prefix cache,
+    as the vLLM benchmark runs with prefix caching off). Left on, a repeated prompt (a measured
+    run's second time, a workload sharing the first one's prompts) is not prefilled again."""
     return ["-c", str(slots * slot_context), "-np", str(slots), "-b", str(batch), "-t", str(threads),
-            "-tb", str(threads), "--metrics", "--slots", "--no-webui", "--alias", NAME]
+            "-tb", str(threads), "--metrics", "--slots", "--no-webui", "--alias", NAME,
+            "--no-cache-prompt", "--cache-ram", "0"]
 
 
 def start(port: int, log: Path, args: list[str], taskset: list[int] | None = None, timeout_s: float = 180,
