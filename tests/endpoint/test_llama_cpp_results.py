@@ -24,7 +24,9 @@ def summary() -> dict:
 
 
 def flag(cmd: list[str], name: str) -> int:
-    return int(cmd[cmd.index(name) + 1])
+    """The value of the server's own flag ``name`` (after the binary: ``taskset -c`` is not it)."""
+    own = cmd[next(i for i, a in enumerate(cmd) if a.endswith("llama-server")):]
+    return int(own[own.index(name) + 1])
 
 
 def test_calibration_read_the_slots_and_inferred_the_budget_the_server_ran():
