@@ -101,8 +101,9 @@ def calibrate(s: Settings, vocab: WordVocab, log=print, data: ProbeData | None =
         raise InputError("--endpoint", s.url, info.problems[0])
     ident = info.as_dict()
     s.notes += published_notes(info)
-    max_len = info.context_for(s.model) or 2048
-    if info.context_for(s.model) is None:
+    published = info.context_for(s.model)
+    max_len = published or 2048
+    if published is None:
         s.notes.append("context per sequence: not published; assumed 2048 tokens")
     if max_len < MIN_CONTEXT:
         raise InputError("--endpoint", s.url, f"the server gives one sequence {max_len} tokens "

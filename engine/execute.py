@@ -20,6 +20,7 @@ from sim.errors import ScenarioError
 from sim.loops.run import RunResult, drive
 from sim.scenario.load import apply_overrides, scenario_from_dict
 from sim.scenario.schema import Scenario
+from sim.vocab import CHUNKING
 
 CPU_KV_BYTES = 256 * 1024**2
 
@@ -92,7 +93,7 @@ def step_tokens(s: Scenario) -> int:
     """The most tokens one step of the scenario's policy can hold (at most the model's length
     for whole-prompt prefills)."""
     sched = s.scheduler
-    if sched.policy in ("chunked-prefill", "slots"):
+    if sched.policy in CHUNKING:
         return sched.chunk_size
     if sched.policy == "continuous":
         return sched.max_batched_tokens

@@ -8,6 +8,10 @@ from __future__ import annotations
 from typing import Literal, get_args
 
 Policy = Literal["static", "continuous", "chunked-prefill", "slots"]  # how an engine batches
+# policies whose step budget is chunk_size (prompts in chunks, decodes first)
+CHUNKING: tuple[Policy, ...] = ("chunked-prefill", "slots")
+# policies that hold a request's memory whole: no watermark, nothing preempted, nothing handed over
+RESERVING: tuple[Policy, ...] = ("static", "slots")
 RouterPolicy = Literal["round-robin", "least-outstanding", "least-kv", "power-of-two", "prefix-affinity"]
 Role = Literal["colocated", "prefill", "decode"]  # what a replica's engines do (disaggregation)
 # prefix-affinity: where a prompt with no remembered prefix goes

@@ -21,7 +21,7 @@ from sim.core.blocktable import BlockTable, block_table, block_table_ref
 from sim.core.jit import HAVE_NUMBA, entry, struct
 from sim.core.plan import SHAPE_SIZE
 from sim.core.requests import Requests, RequestTable, requests_ref
-from sim.vocab import FORECASTS, NO_MATCH, POLICIES, ROLES, ROUTERS, SCALE_POLICIES
+from sim.vocab import FORECASTS, NO_MATCH, POLICIES, RESERVING, ROLES, ROUTERS, SCALE_POLICIES
 
 
 def columns(name: str, names: str, doc: str) -> type[IntEnum]:
@@ -283,7 +283,7 @@ def core_of(engines: list[EngineSpec], requests: RequestTable, *, seed: int = 0,
         replicas[x.replica, Replica.COUNT] += 1
         put(settings[e], Setting, policy=POLICIES[s.policy], num_blocks=x.num_blocks, block_size=x.block_size,
             max_seqs=s.max_num_seqs, max_batched=s.max_batched_tokens, chunk=s.chunk_size,
-            watermark=0 if s.policy in ("static", "slots") else int(s.watermark * x.num_blocks),
+            watermark=0 if s.policy in RESERVING else int(s.watermark * x.num_blocks),
             batch_size=s.batch_size,
             swap=s.preemption == "swap", prefix=s.prefix_caching,
             spec_k=s.speculative.num_tokens if s.speculative else 0, role=ROLES[x.role], replica=x.replica,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from sim.results import fmt
 from sim.results.money import price_sources
+from sim.vocab import RESERVING
 
 POLICY_NAMES = {"static": "static batching", "continuous": "continuous batching",
                 "chunked-prefill": "chunked prefill", "slots": "fixed slots"}
@@ -89,7 +90,7 @@ def scheduler_text(sch) -> str:
         bits.append(f"{sch.max_num_seqs} slots of {sch.slot_context:,} tokens, {sch.chunk_size:,}-token batches")
     else:
         bits.append(f"≤ {sch.max_batched_tokens:,} tokens and {sch.max_num_seqs} sequences per step")
-    if sch.policy not in ("static", "slots"):
+    if sch.policy not in RESERVING:
         bits.append(f"preemption by {sch.preemption}")
     if sch.prefix_caching:
         bits.append("prefix caching")

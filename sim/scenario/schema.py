@@ -41,7 +41,7 @@ from sim.scenario.specs.drafts import draft_spec
 from sim.scenario.specs.gpus import resolution, with_price
 from sim.scenario.specs.models import DTYPE_BYTES
 from sim.traffic.schema import PositiveInt, Slo, Strict, WorkloadSpec
-from sim.vocab import Forecast, Policy, Role, RouterNoMatch, RouterPolicy, ScalePolicy
+from sim.vocab import CHUNKING, RESERVING, Forecast, Policy, Role, RouterNoMatch, RouterPolicy, ScalePolicy
 
 Fraction = Annotated[float, Field(gt=0, le=1)]
 Gigabytes = Annotated[float, Field(ge=0, le=1e6)]  # a petabyte: beyond, byte counts overflow
@@ -323,7 +323,7 @@ class Scheduler(Strict):
 
     @model_validator(mode="after")
     def _budget_holds_decodes(self):
-        if self.policy in ("chunked-prefill", "slots") and self.chunk_size < self.max_num_seqs:
+        if self.policy in CHUNKING and self.chunk_size < self.max_num_seqs:
             raise ValueError(
                 f"chunk_size ({self.chunk_size}) must be ≥ max_num_seqs ({self.max_num_seqs}): "
                 "every running request decodes one token of the step's budget")
@@ -617,7 +617,7 @@ class Scenario(Strict):
         if self.disaggregation is not None:
             for role in ("prefill", "decode"):
                 sch = getattr(self.disaggregation, role).scheduler or self.scheduler
-                if sch.policy in ("static", "slots"):
+                if sch.policy in RESERVING:
                     raise ValueError(f"disaggregated pools need continuous or chunked-prefill scheduling: a "
                                      f"{sch.policy} engine cannot take in requests handed over mid-way (the {role} "
                                      f"pool's is {sch.policy})")
@@ -652,7 +652,7 @@ class Scenario(Strict):
         return self.hardware.gpu_spec
 
     def memory_for(self, hw: Hardware, sch: Scheduler) -> MemoryBudget:
-        step_tokens = sch.chunk_size if sch.policy in ("chunked-prefill", "slots") else sch.max_batched_tokens
+        step_tokens = sch.chunk_size if sch.policy in CHUNKING else sch.max_batched_tokens
         act = None if hw.activation_reserve_gb is None else hw.activation_reserve_gb * 1024**3
         slots = sch.max_num_seqs * -(-sch.slot_context // sch.block_size) if sch.policy == "slots" else None
         return memory_budget(
