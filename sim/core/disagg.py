@@ -1,17 +1,23 @@
 """Prefill/decode disaggregation (DistServe, Splitwise, Mooncake): a request prefilled on a
 prefill replica moves its KV cache over a link to a decode replica, which first makes room for
 it (``admit_remote``); once the cache has arrived (``kv_arrived``) the prefill replica lets
-go of its copy and the request decodes where it landed. Its first token reaches the user then."""
+go of its copy and the request decodes where it landed. Its first token reaches the user then.
+
+Selective disaggregation (Dynamo's conditional disaggregation): a request goes to a decode
+replica first (``decide``), which prefills it itself when the prompt tokens its prefix cache lacks
+are few (``local_prefill_tokens``) or the prefill pool's queue is long (``max_prefill_queue``
+per prefill replica); otherwise it is prefilled in the pool and its KV cache comes back to that
+decode replica."""
 
 from __future__ import annotations
 
 from sim.core import kvblocks as kv
-from sim.core import queues
+from sim.core import queues, router
 from sim.core.admission import free_seats, join_running, never_fits, reject
 from sim.core.commit import token_out
 from sim.core.jit import jit
 from sim.core.outbox import emit
-from sim.core.state import DROP_KV, SEND_KV, Counter, Setting
+from sim.core.state import BACK, DROP_KV, FRONT, SEND_KV, Counter, Replica, Routing, RunCounter, Setting
 
 
 @jit
@@ -61,3 +67,37 @@ def kv_arrived(c, e, rid, now):
     join_running(c, e, rid)
     token_out(c, rid, now, -1.0, 0)
 
+
+
+@jit
+def prefill_queue(c):
+    """Requests waiting in the prefill pool, per prefill replica."""
+    first, count = c.routers[FRONT, Routing.FIRST], c.routers[FRONT, Routing.COUNT]
+    waiting = 0
+    for r in range(first, first + count):
+        e0 = c.replicas[r, Replica.FIRST]
+        for e in range(e0, e0 + c.replicas[r, Replica.COUNT]):
+            waiting += c.counters[e, Counter.NWAIT]
+    return waiting / max(count, 1)
+
+
+@jit
+def decide(c, rid):
+    """Selective disaggregation: the decode replica ``rid`` goes to, and whether that replica
+    prefills it itself (else the prefill pool does and the KV cache comes back to it)."""
+    d = router.route(c, BACK, rid)
+    e = c.replicas[d, Replica.FIRST]
+    uncached = c.req.prompt_len[rid] - kv.prefix_hit(c, e, rid) * c.settings[e, Setting.BLOCK_SIZE]
+    bound = c.run_counters[RunCounter.PREFILL_QUEUE]
+    local = uncached <= c.run_counters[RunCounter.LOCAL_PREFILL] or (bound >= 0 and prefill_queue(c) > bound)
+    if not local:
+        c.req.decode_at[rid] = d
+    return d, local
+
+
+@jit
+def decode_replica(c, rid):
+    """Where a prefilled request decodes: the replica selective disaggregation chose, or the
+    decode pool's router's pick now."""
+    d = c.req.decode_at[rid]
+    return d if d >= 0 else router.route(c, BACK, rid)

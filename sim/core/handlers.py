@@ -33,7 +33,6 @@ from sim.core.commit import begin_step, commit
 from sim.core.jit import jit, leaf
 from sim.core.policies import schedule
 from sim.core.state import (
-    BACK,
     DONE,
     DROP_KV,
     FRONT,
@@ -88,7 +87,7 @@ def react(c, now):
                 effect(c, SEND, c.run_counters[RunCounter.NEXT_SEND], c.run_times[RunTime.THINK])
                 c.run_counters[RunCounter.NEXT_SEND] += 1
         elif kind == HANDOFF:
-            wake(c, router.receive(c, router.route(c, BACK, rid), rid))
+            wake(c, router.receive(c, disagg.decode_replica(c, rid), rid))
         elif kind == SEND_KV:
             effect(c, LANDED, rid, PRICED)
         elif kind == DROP_KV:
@@ -153,7 +152,13 @@ def woken(c, e):
 
 @jit
 def submit(c, rid, now):
-    """Request ``rid`` reaches the router, which queues it at a replica's engine."""
+    """Request ``rid`` reaches the router, which queues it at a replica's engine (with selective
+    disaggregation, at a decode replica that prefills it itself, or at a prefill replica)."""
+    if c.run_counters[RunCounter.LOCAL_PREFILL] >= 0:
+        d, local = disagg.decide(c, rid)
+        if local:
+            wake(c, router.submit(c, d, rid, now))
+            return
     wake(c, router.submit(c, router.route(c, FRONT, rid), rid, now))
 
 

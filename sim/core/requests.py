@@ -62,6 +62,7 @@ class Requests(NamedTuple):
     replica: np.ndarray  # i4: where it was routed (-1: nowhere yet)
     engine: np.ndarray  # i4: the engine (a replica's, or one of a pipelined replica's) it is at
     source: np.ndarray  # i4: handed over: the prefill engine that keeps its KV until it is sent
+    decode_at: np.ndarray  # i4: selective disaggregation: the decode replica it goes back to (-1: routed then)
     preemptions: np.ndarray  # i4
     first_scheduled: np.ndarray  # f8
     first_token: np.ndarray  # f8
@@ -118,6 +119,7 @@ class RequestTable:
             num_computed=i8(), num_generated=i8(), num_blocks=i8(), status=np.zeros(n, dtype=np.int8),
             reject_reason=np.zeros(n, dtype=np.int8), replica=np.full(n, -1, dtype=np.int32),
             engine=np.full(n, -1, dtype=np.int32), source=np.full(n, -1, dtype=np.int32),
+            decode_at=np.full(n, -1, dtype=np.int32),
             preemptions=np.zeros(n, dtype=np.int32),
             first_scheduled=nan(), first_token=nan(), completion=nan(), last_token=nan(),
             cached_tokens=i8(), cache_blocks=i8(), swapped_blocks=i8(), held_blocks=i8(), held_cached=i8(),

@@ -87,9 +87,10 @@ LinkCost = columns("LinkCost", "BANDWIDTH LATENCY LAYERWISE LAYERS FULL_BYTES WI
                    "The disaggregation link: link_costs[LinkCost.X] (sim/pricing/links.py); what a request's KV "
                    "cache weighs (sim/scenario/specs/models.py: kv_bytes_held): bytes per token of the full and "
                    "of the windowed layers, the window and whether it is chunked, the per-request state.")
-RunCounter = columns("RunCounter", "SEED OUT_N LOG_N FX_N NEXT_RID NEXT_SEND USERS",
+RunCounter = columns("RunCounter", "SEED OUT_N LOG_N FX_N NEXT_RID NEXT_SEND USERS LOCAL_PREFILL PREFILL_QUEUE",
                      "Run-wide counters: run_counters[RunCounter.X]: the seed, the outbox's and effects' "
-                     "lengths, the step log's rows, the next request to arrive or be sent, closed-loop users.")
+                     "lengths, the step log's rows, the next request to arrive or be sent, closed-loop users; "
+                     "selective disaggregation's bounds (sim/core/disagg.py; -1: off, or no bound).")
 RunTime = columns("RunTime", "THINK NEXT_ARRIVAL",
                   "Run-wide times: run_times[RunTime.X]: a closed-loop user's think time; when the pending "
                   "arrival event is.")
@@ -154,6 +155,7 @@ class Core(NamedTuple):
     pending: np.ndarray  # [slots, R, Signal] samples taken, not yet visible (router.delay_s)
     router_times: np.ndarray  # [RouterTime]
     link_costs: np.ndarray  # [LinkCost]
+    link_free: np.ndarray  # [R] when each replica's KV link (its GPUs' NICs) is next free
     run_counters: np.ndarray  # [RunCounter]
     run_times: np.ndarray  # [RunTime]
     out: np.ndarray
@@ -276,7 +278,9 @@ def build_core(scenario, table_: RequestTable, *, step_overhead_s: float = 0.0,
             hidden_bytes=scenario.model_spec.hidden_size * 2 / spec.hardware.tp, link=spec.gpu.interconnect_bandwidth,
             latency=5e-6)
     link = table(LinkCost)
+    selective = None
     if scenario.disaggregation is not None:
+        selective = (scenario.disaggregation.local_prefill_tokens, scenario.disaggregation.max_prefill_queue)
         x = scenario.disaggregation.link
         m = scenario.model_spec
         full, windowed = m.kv_bytes_per_token_split(scenario.quantization.kv_cache)
@@ -286,7 +290,8 @@ def build_core(scenario, table_: RequestTable, *, step_overhead_s: float = 0.0,
     x = scenario.router
     return core_of(engines_of(scenario, tiers), table_, seed=scenario.seed, router=x.policy, balance=x.balance_abs,
                    no_match=x.no_match, refresh_s=x.refresh, delay_s=x.delay_s, add_routed=x.adds_routed,
-                   pipeline=pipe, link=link, closed=closed, autoscale=scale_settings(scenario, replica_rate))
+                   pipeline=pipe, link=link, closed=closed, autoscale=scale_settings(scenario, replica_rate),
+                   selective=selective)
 
 
 def cold_start_s(scenario) -> float:
@@ -315,11 +320,13 @@ def scale_settings(scenario, replica_rate: float = 0.0) -> np.ndarray | None:
 def core_of(engines: list[EngineSpec], requests: RequestTable, *, seed: int = 0, router: str = "round-robin",
             balance: int = 0, no_match: str = "least-loaded", refresh_s: float = 0.0, delay_s: float = 0.0,
             add_routed: bool = False, pipeline: np.ndarray | None = None, link: np.ndarray | None = None,
-            closed: tuple[int, float] | None = None, autoscale: np.ndarray | None = None) -> Core:
+            closed: tuple[int, float] | None = None, autoscale: np.ndarray | None = None,
+            selective: tuple[int | None, int | None] | None = None) -> Core:
     """A core over these engines (consecutive engines of one replica are its pipeline's). Its
     routers see the replicas' load sampled every ``refresh_s`` (0: exactly), each sample
     ``delay_s`` late, plus what they routed since it when ``add_routed``; ``autoscale``: the
-    autoscaler's settings (``scale_settings``), None for a fixed fleet."""
+    autoscaler's settings (``scale_settings``), None for a fixed fleet; ``selective``:
+    disaggregation's local_prefill_tokens and max_prefill_queue (sim/core/disagg.py)."""
     E = len(engines)
     R = engines[-1].replica + 1
     ints = np.int64
@@ -371,6 +378,8 @@ def core_of(engines: list[EngineSpec], requests: RequestTable, *, seed: int = 0,
     run_counters, run_times = table(RunCounter, dtype=ints), table(RunTime)
     run_counters[RunCounter.SEED] = seed
     run_counters[RunCounter.USERS] = closed[0] if closed else 0
+    run_counters[RunCounter.LOCAL_PREFILL] = -1 if selective is None or selective[0] is None else selective[0]
+    run_counters[RunCounter.PREFILL_QUEUE] = -1 if selective is None or selective[1] is None else selective[1]
     run_times[RunTime.THINK] = closed[1] if closed else 0.0
     run_times[RunTime.NEXT_ARRIVAL] = np.inf
     rows = lambda *shape: np.zeros(shape, dtype=ints)  # noqa: E731
@@ -394,7 +403,8 @@ def core_of(engines: list[EngineSpec], requests: RequestTable, *, seed: int = 0,
         cache=block_table(caching), replicas=replicas, pipe_costs=table(PipeCost, R) if pipeline is None else pipeline,
         stage_free=np.zeros((R, int(count.max()))), routers=routers, rtable=block_table(router_tables),
         signals=table(Signal, R), pending=np.zeros((slots, R, len(Signal))), router_times=router_times,
-        link_costs=table(LinkCost) if link is None else link, run_counters=run_counters, run_times=run_times,
+        link_costs=table(LinkCost) if link is None else link, link_free=np.zeros(R), run_counters=run_counters,
+        run_times=run_times,
         out=rows(2 * requests.n + 64), fx=rows(effects, 2), fx_delay=np.zeros(effects),
         log_i=np.zeros((len(LOG_INT_COLUMNS), LOG_ROWS), dtype=np.int32), log_f=np.zeros((2, LOG_ROWS)),
         itl_hist=rows(classes, ITL_BINS), itl_sum=rows(classes), **fleet, **tiers_of(engines))

@@ -135,7 +135,7 @@ def apply(c, L, now):
         if kind == STEP_END:
             end = now + delay
         else:
-            push(L, now + (transfer_time(c, who) if delay == PRICED else delay), kind, who)
+            push(L, now + (transfer_time(c, who, now) if delay == PRICED else delay), kind, who)
     counters[RunCounter.FX_N] = 0
     return end
 

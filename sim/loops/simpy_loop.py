@@ -61,7 +61,7 @@ class SimpyCluster:
                 self.signal[who].succeed()
             else:
                 if delay == PRICED:
-                    delay = transfer_seconds(self.core.ref, who)
+                    delay = transfer_seconds(self.core.ref, who, self.env.now)
                 self.env.timeout(delay).callbacks.append(lambda _, kind=kind, who=who: self._handle(kind, who))
         return step
 

@@ -21,13 +21,14 @@ _kv_bytes_held = leaf(kv_bytes_held)  # the model description's own rule, compil
 
 
 @jit
-def transfer_time(c, rid):
-    """Seconds to move a request's KV cache: bytes / bandwidth + latency, the bytes being what
-    the prefill engine holds (full-attention and MLA layers for every token, windowed layers for
-    their last window + a block, the linear/SSM layers' state). Each GPU of the
-    prefill replica sends its shard over its own link. With layer-wise overlap the layers leave
-    while later ones are still computed, so only what outlasts the prefill remains (at least
-    the last layer's share)."""
+def transfer_time(c, rid, now):
+    """Seconds from ``now`` until a request's KV cache has moved: bytes / bandwidth + latency,
+    the bytes being what the prefill engine holds (full-attention and MLA layers for every token,
+    windowed layers for their last window + a block, the linear/SSM layers' state). Each GPU of
+    the prefill replica sends its shard over its own link. With layer-wise overlap the layers
+    leave while later ones are still computed, so only what outlasts the prefill remains (at
+    least the last layer's share). Transfers share links: one starts when both the sending and
+    the receiving replica's links are free of the transfers before it (``link_free``)."""
     r = c.req
     link = c.link_costs
     e = r.source[rid]
@@ -38,7 +39,10 @@ def transfer_time(c, rid):
     wire = nbytes / (link[LinkCost.BANDWIDTH] * senders)
     if link[LinkCost.LAYERWISE] != 0.0:
         wire = max(wire - r.handoff_s[rid], wire / link[LinkCost.LAYERS])
-    return wire + link[LinkCost.LATENCY]
+    src, dst = c.settings[e, Setting.REPLICA], r.replica[rid]
+    start = max(now, c.link_free[src], c.link_free[dst])
+    c.link_free[src] = c.link_free[dst] = start + wire
+    return start - now + wire + link[LinkCost.LATENCY]
 
 
 @jit
@@ -72,9 +76,9 @@ def pipelined(c, e, now, duration):
 
 
 @entry
-def transfer_seconds(c, rid):
+def transfer_seconds(c, rid, now):
     """``transfer_time`` for Python callers (the SimPy loop)."""
-    return transfer_time(c, rid)
+    return transfer_time(c, rid, now)
 
 
 @entry

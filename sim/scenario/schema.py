@@ -458,6 +458,19 @@ class Disaggregation(Strict):
     prefill: ReplicaGroup = ReplicaGroup()
     decode: ReplicaGroup = ReplicaGroup()
     link: Link = Link()
+    # Selective (conditional) disaggregation, as Dynamo's disaggregated router decides: a request
+    # goes to a decode replica first, which prefills it itself when the prompt tokens its prefix cache
+    # lacks are at most local_prefill_tokens (max_local_prefill_length), or when the prefill pool's
+    # queue holds more than max_prefill_queue requests per prefill replica; else a prefill replica
+    # prefills it and its KV comes back to that decode replica. None: every request goes to prefill.
+    local_prefill_tokens: NonNegativeInt | None = None
+    max_prefill_queue: NonNegativeInt | None = None
+
+    @model_validator(mode="after")
+    def _queue_needs_selective(self):
+        if self.max_prefill_queue is not None and self.local_prefill_tokens is None:
+            raise ValueError("max_prefill_queue applies to selective disaggregation: set local_prefill_tokens too")
+        return self
 
 
 # Where a router's load signals come from, and how often (sim/core/router_signals.py).

@@ -113,10 +113,56 @@ def test_transfer_time_scales_with_tensor_parallel_senders():
         t = RequestTable(np.zeros(1), np.array([1000]), np.array([5]))
         t.num_computed[0] = 1000
         core = build_core(s, t)
-        t.source[0] = 0  # handed over by the prefill replica's engine
-        return transfer_seconds(core_ref(core), 0) - 30e-6
+        t.source[0], t.replica[0] = 0, 1  # handed over by the prefill replica's engine to the decode one
+        return transfer_seconds(core_ref(core), 0, 0.0) - 30e-6
 
     assert wire(2) == pytest.approx(wire(1) / 2)
+
+
+def test_selective_disaggregation_prefills_short_prompts_on_the_decode_replica():
+    """Dynamo's conditional disaggregation: prompts of at most local_prefill_tokens uncached
+    tokens are prefilled where they decode; longer ones go through a prefill replica, and their
+    KV cache comes back to the decode replica chosen on arrival."""
+    base = {"disaggregation": {"prefill": {"count": 1}, "decode": {"count": 2}, "local_prefill_tokens": 300},
+            "workload__prompt_len": {"dist": "uniform", "min": 16, "max": 900}}
+    r = simulate(scenario(**base))
+    finished_all(r)
+    q = r.requests
+    local = q["arrival_engine"] >= 1  # queued on arrival at a decode replica (prefill is engine 0)
+    assert local.any() and (~local).any()
+    assert (q.loc[local, "prompt_tokens"] <= 300).all() and (q.loc[~local, "prompt_tokens"] > 300).all()
+    assert (q.loc[q["max_output_tokens"] > 1, "replica"] >= 1).all()  # all decode on the decode pool
+    # a long prefill queue sends the long prompts to the decode replicas too
+    busy = simulate(scenario(**{**base, "disaggregation": {**base["disaggregation"], "max_prefill_queue": 0},
+                                "workload__arrival": {"process": "poisson", "rate": 60}}))
+    long_local = (busy.requests["arrival_engine"] >= 1) & (busy.requests["prompt_tokens"] > 300)
+    assert long_local.any()
+    with pytest.raises(Exception, match="local_prefill_tokens"):
+        scenario(disaggregation={"prefill": {"count": 1}, "decode": {"count": 1}, "max_prefill_queue": 3})
+
+
+def test_transfers_queue_on_the_links_they_share():
+    """Two prefill replicas hand one request each to one decode replica at once: its link takes
+    them one after the other; a third from a prefill replica whose link is free still waits for
+    the decode replica's."""
+    from sim.core.requests import RequestTable
+    from sim.core.state import build_core, core_ref
+    from sim.pricing.links import transfer_seconds
+
+    s = scenario(disaggregation={"prefill": {"count": 3}, "decode": {"count": 2}, "link": {"type": "ethernet"}},
+                 **LONE)
+    t = RequestTable(np.zeros(4), np.full(4, 1000), np.full(4, 5))
+    t.num_computed[:] = 1000
+    core = build_core(s, t)
+    t.source[:] = [0, 1, 2, 2]
+    t.replica[:] = [3, 3, 3, 4]
+    c = core_ref(core)
+    one = transfer_seconds(c, 0, 0.0)
+    wire = one - 30e-6
+    assert transfer_seconds(c, 1, 0.0) == pytest.approx(2 * wire + 30e-6)  # after the first, on replica 3's link
+    assert transfer_seconds(c, 2, 0.5 * wire) == pytest.approx(2.5 * wire + 30e-6)  # replica 3's link is busy till 3 w
+    # prefill replica 2's link is busy until 3 wires too: the decode replica 4 waits for it
+    assert transfer_seconds(c, 3, 0.0) == pytest.approx(4 * wire + 30e-6)
 
 
 @pytest.mark.parametrize("model", ["gemma-3-27b", "gpt-oss-20b", "qwen3-next-80b-a3b"])
@@ -134,10 +180,10 @@ def test_a_hand_off_sends_what_the_prefill_engine_holds(model):
     t = RequestTable(np.zeros(1), np.array([5000]), np.array([5]))
     t.num_computed[0] = 5000
     core = build_core(s, t)
-    t.source[0] = 0
+    t.source[0], t.replica[0] = 0, 1
     m = s.model_spec
     nbytes = m.kv_bytes_of_request(5000, 16)
-    assert transfer_seconds(core_ref(core), 0) == pytest.approx(nbytes / (2 * 12.5e9) + 30e-6, rel=1e-12)
+    assert transfer_seconds(core_ref(core), 0, 0.0) == pytest.approx(nbytes / (2 * 12.5e9) + 30e-6, rel=1e-12)
     full, windowed = m.kv_bytes_per_token_split()
     if windowed:
         assert nbytes < 5000 * (full + windowed) - 3000 * windowed  # most windowed tokens stay behind

@@ -167,6 +167,13 @@ FEATURES = {
         "prefill": {"count": 2}, "decode": {"count": 1, "hardware": {"kv_blocks": 2500}}},
         "scheduler__prefix_caching": True, "workload__shared_prefix": {"num_prompts": 2, "length": 600},
         "workload__prompt_len": {"dist": "uniform", "min": 100, "max": 3000}, **PRESSURE},
+    # selective: short prompts (and, while the prefill queue is long, any) prefilled where they
+    # decode; the others' KV cache back to the decode replica chosen on arrival, over links that
+    # carry one transfer at a time
+    "disaggregated-selective": {"disaggregation": {
+        "prefill": {"count": 1}, "decode": {"count": 2, "hardware": {"kv_blocks": 1500}},
+        "local_prefill_tokens": 250, "max_prefill_queue": 4, "link": {"type": "ethernet"}},
+        "scheduler__prefix_caching": True, "router": {"policy": "least-outstanding"}, **SHARED, **BURSTY},
     "disaggregated-hybrid-state": {**tiny("nemotron-h-tiny", 60, 128), "disaggregation": {
         "prefill": {"count": 2}, "decode": {"count": 1}}},
     "power-of-two": {"replicas": 4, "router": {"policy": "power-of-two"}, **BURSTY},
