@@ -181,6 +181,24 @@ def multi_turn(ex: Example) -> None:
     ex.check("no caching: ≥ 20 points fewer", att(off) <= att(s) - 0.2, pct(att(off)))
 
 
+def kv_tiers(ex: Example) -> None:
+    s = run("kv-tiers")
+    cpu = run("kv-tiers", "kv_tiers.tiers=[{medium: cpu, capacity_gb: 64}]")
+    off = run("kv-tiers", "kv_tiers=null")
+    tiers = s["kv_tiers"]["tiers"]
+    ex.check("CPU + shared: ≥ 80% of prompt tokens from a cache, each tier serving ≥ 10%",
+             s["prefix_hit_rate"] >= 0.8 and min(t["hit_rate"] for t in tiers.values()) >= 0.1,
+             f"{pct(s['prefix_hit_rate'])}: " + ", ".join(f"{k} {pct(t['hit_rate'])}" for k, t in tiers.items()))
+    ex.check("CPU alone: ≥ 15 points above no tiers, ≥ 5 below CPU + shared",
+             off["prefix_hit_rate"] + 0.15 <= cpu["prefix_hit_rate"] <= s["prefix_hit_rate"] - 0.05,
+             f"{pct(off['prefix_hit_rate'])} < {pct(cpu['prefix_hit_rate'])} < {pct(s['prefix_hit_rate'])}")
+    ex.check("TTFT p90 falls tier by tier (no tiers ≥ 3× CPU alone ≥ 2× CPU + shared)",
+             off["ttft_p90"] >= 3 * cpu["ttft_p90"] and cpu["ttft_p90"] >= 2 * s["ttft_p90"],
+             f"{ms(off['ttft_p90'])}, {ms(cpu['ttft_p90'])}, {ms(s['ttft_p90'])}")
+    ex.check("SLO attainment: CPU + shared ≥ 70%, ≥ 30 points above no tiers",
+             att(s) >= 0.7 and att(s) >= att(off) + 0.3, f"{pct(att(s))} vs {pct(att(off))}")
+
+
 def pipeline(ex: Example) -> None:
     pp, tp = run("pipeline-parallel-70b"), run("pipeline-parallel-70b", "hardware.pp=1", "hardware.tp=4")
     ex.check("PP 2 × TP 2 at 1.8 req/s: 40–95% meet the SLO", 0.4 <= att(pp) <= 0.95, pct(att(pp)))
@@ -359,7 +377,7 @@ EXAMPLES: dict[str, Callable[[Example], None]] = {
     "quickstart": quickstart, "burst": burst, "policy-*": policies, "azure-conversation": azure_conversation,
     "autoscale-diurnal": autoscale,
     "disaggregated": disaggregated, "heterogeneous": heterogeneous, "mixtral-expert-parallel": mixtral,
-    "mooncake-trace": mooncake, "multi-class": multi_class, "multi-turn": multi_turn,
+    "mooncake-trace": mooncake, "multi-class": multi_class, "multi-turn": multi_turn, "kv-tiers": kv_tiers,
     "pipeline-parallel-70b": pipeline, "quantization-fp8": fp8, "router-least-kv": router,
     "shared-prompts": shared_prompts, "speculative-decoding": speculative, "swap-preemption": swap,
     "tensor-parallel-70b": tensor_parallel, "vidur-a100-llama2-70b": vidur,

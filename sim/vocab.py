@@ -18,6 +18,13 @@ Role = Literal["colocated", "prefill", "decode"]  # what a replica's engines do 
 RouterNoMatch = Literal["least-loaded", "smallest-record"]
 ScalePolicy = Literal["queue", "kv", "sla"]  # what an autoscaler sizes the fleet by (sim/core/autoscale.py)
 Forecast = Literal["last", "trend"]  # the SLA planner's next-interval arrival rate
+# how blocks come back from the KV tiers (sim/core/kvtiers.py): the request waits for them, or
+# the step overlaps their load layer by layer
+TierLoad = Literal["async", "layerwise"]
+TierMedium = Literal["cpu", "nvme", "shared"]  # where a KV tier keeps its blocks
+# when blocks reach the KV tiers: as a prompt's blocks are computed (every tier), or as the GPU gives
+# them up (into the first, whose oldest go into the next)
+TierWrite = Literal["back", "through"]
 
 
 def codes(names) -> dict[str, int]:
@@ -36,3 +43,5 @@ ROLES = codes(Role)
 NO_MATCH = codes(RouterNoMatch)
 SCALE_POLICIES = codes(ScalePolicy)
 FORECASTS = codes(Forecast)
+TIER_LOADS = codes(TierLoad)
+TIER_WRITES = codes(TierWrite)

@@ -4,7 +4,7 @@ run there and is turned away with a reason."""
 from __future__ import annotations
 
 from sim.core import kvblocks as kv
-from sim.core import queues
+from sim.core import kvtiers, queues, tierstore
 from sim.core.jit import jit, leaf
 from sim.core.outbox import emit
 from sim.core.requests import RejectReason, Status
@@ -80,6 +80,19 @@ def admit_waiting(c, e, token_budget, seq_budget, chunked, reserve_whole):
             reject(c, rid, reason)
             continue
         hit = kv.prefix_hit(c, e, rid)
+        found = kvtiers.lookup(c, e, rid, hit) if tierstore.has_tiers(c, e) else 0
+        if kvtiers.worth_loading(c, e, found):
+            cost = kvtiers.load_cost(c, e, rid, hit, found)
+            if cost > room:
+                break
+            if kvtiers.waits(c, e):  # it leaves the queue until its blocks are here
+                queues.pop_front(c, e, q)
+                kvtiers.start_load(c, e, rid, hit, found)
+                room -= cost
+                continue
+            kvtiers.start_load(c, e, rid, hit, found)  # they are cached now; the step waits for them
+            hit = kv.prefix_hit(c, e, rid)
+            found = 0
         computed = hit * bs
         remaining = r.num_tokens[rid] - computed
         n = min(remaining, token_budget) if chunked else remaining
@@ -107,6 +120,9 @@ def admit_waiting(c, e, token_budget, seq_budget, chunked, reserve_whole):
         r.num_blocks[rid] = hit + need
         r.cache_blocks[rid] = hit
         kv.note_flight(c, e, rid, computed + reserve)
+        if found:
+            tierstore.skipped(c, e)  # what the tiers held is recomputed
+        r.tier_state[rid] = kvtiers.IDLE
         join_running(c, e, rid)
         add_row(c, e, rid, n)
         added += 1

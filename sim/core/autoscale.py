@@ -36,6 +36,7 @@ import math
 import numpy as np
 
 from sim.core import blocktable as bt
+from sim.core import tierstore
 from sim.core.commit import queue_len
 from sim.core.jit import jit, leaf
 from sim.core.router_signals import engines_at_work, kv_load, outstanding
@@ -110,6 +111,7 @@ def forget(c, r):
     first = c.replicas[r, Replica.FIRST]
     for e in range(first, first + c.replicas[r, Replica.COUNT]):
         c.counters[e, Counter.FREE] += bt.evict(c.cache, e, bt.unused(c.cache, e))
+        tierstore.forget(c, e)
     bt.evict(c.rtable, r, bt.unused(c.rtable, r))
 
 

@@ -372,3 +372,66 @@ def evict(bt, t, k):
     while gone < k and _evict_oldest(off, node, owner, idx, t) >= 0:
         gone += 1
     return gone
+
+
+# -- lower tiers (sim/core/kvtiers.py): tables without users, not prefix-closed ----------------
+@jit
+def evict_into(bt, t, k, keys):
+    """``evict`` up to ``k`` blocks, noting each one's id in keys[0:gone]; returns how many went."""
+    off, node, owner, idx = bt.off, bt.node, bt.owner, bt.idx
+    gone = 0
+    while gone < k:
+        n = _evict_oldest(off, node, owner, idx, t)
+        if n < 0:
+            break
+        keys[gone] = node[n, KEY]
+        gone += 1
+    return gone
+
+
+@jit
+def stash(bt, t, key):
+    """Owner t (a lower tier: nobody uses its blocks) holds ``key`` as its most recently used
+    block, giving up its least recently used one if full. Returns (whether a block was given
+    up, its id, whether ``key`` is new here)."""
+    off, node, owner, idx = bt.off, bt.node, bt.owner, bt.idx
+    n = _find(off, idx, t, key)
+    if n >= 0:
+        _unlink(node, owner, t, n)
+        _append(node, owner, t, n)
+        return False, np.int64(0), False
+    out, out_key = False, np.int64(0)
+    if owner[t, FREE] < 0:
+        m = _evict_oldest(off, node, owner, idx, t)
+        out, out_key = True, node[m, KEY]
+    n = _add(off, node, owner, idx, t, key, -1, 0)
+    _append(node, owner, t, n)
+    return out, out_key, True
+
+
+@jit
+def touch(bt, t, key):
+    """Owner t's block ``key`` (held, unused) becomes its most recently used."""
+    n = _find(bt.off, bt.idx, t, key)
+    if n >= 0:
+        _unlink(bt.node, bt.owner, t, n)
+        _append(bt.node, bt.owner, t, n)
+
+
+@jit
+def add_unused(bt, t, ids, nodes, lo, hi, up):
+    """Hold the new blocks ids[lo:hi], used by nobody, after the one at node ``up`` (the owner
+    holds none of them and has a free node for each); notes their nodes. On the LRU list the
+    run's tail is the oldest (as ``drop`` leaves a prompt)."""
+    off, node, owner, idx = bt.off, bt.node, bt.owner, bt.idx
+    for i in range(lo, hi):
+        up = _add(off, node, owner, idx, t, ids[i], up, 0)
+        nodes[i] = up
+    for i in range(hi - 1, lo - 1, -1):
+        _append(node, owner, t, nodes[i])
+
+
+@leaf
+def capacity(bt, t):
+    """Blocks owner t may hold."""
+    return bt.off[t + 1, 0] - bt.off[t, 0]

@@ -8,7 +8,7 @@ data — (kind, who, delay): "wake engine e", "engine e's step ends after d", "r
 arrives after d", "r's user sends after its think time", "r's KV cache lands after its
 transfer", "engine e's batching timer fires after d", "the routers sample the replicas' load
 after d", "sample s becomes the routers' picture after d", "the autoscaler evaluates after d",
-"replica r is ready after d" — left in the core's effects buffer
+"replica r is ready after d", "r's blocks are back from the KV tiers after d" — left in the core's effects buffer
 (``fx``) in the order the loops create their events, so both take them in the same order
 (tests/sim/loops/test_loops_agree.py).
 
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.core import autoscale, disagg, router
+from sim.core import autoscale, disagg, kvtiers, router
 from sim.core import router_signals as signals
 from sim.core.commit import begin_step, commit
 from sim.core.jit import jit, leaf
@@ -38,6 +38,7 @@ from sim.core.state import (
     DROP_KV,
     FRONT,
     HANDOFF,
+    LOAD_KV,
     PROVISIONING,
     SEND_KV,
     Clock,
@@ -50,8 +51,9 @@ from sim.core.state import (
 )
 
 # Effects, and the events a loop makes of them.
-WAKE, STEP_END, ARRIVAL, SEND, LANDED, TIMER, REFRESH, PUBLISH, TICK, READY = range(10)
-EVENT_KINDS = ("wake", "step_end", "arrival", "send", "landed", "timer", "refresh", "publish", "tick", "ready")
+WAKE, STEP_END, ARRIVAL, SEND, LANDED, TIMER, REFRESH, PUBLISH, TICK, READY, LOADED = range(11)
+EVENT_KINDS = ("wake", "step_end", "arrival", "send", "landed", "timer", "refresh", "publish", "tick", "ready",
+               "loaded")
 PRICED = -1.0  # a LANDED effect's delay: the link's price, which the loop asks sim/pricing for
 
 
@@ -92,6 +94,8 @@ def react(c, now):
         elif kind == DROP_KV:
             disagg.release_source(c, rid)
             wake(c, c.req.source[rid])
+        elif kind == LOAD_KV:
+            effect(c, LOADED, rid, max(c.req.ready_at[rid] - now, 0.0))
     c.run_counters[RunCounter.OUT_N] = 0
 
 
@@ -107,6 +111,7 @@ def turn(c, e, now):
     react(c, now)
     if pn:
         return pn
+    c.clocks[e, Clock.LOAD_UNTIL] = 0.0  # a load with no step to overlap is simply done
     wake_at = c.clocks[e, Clock.WAKE_AT]
     if np.isfinite(wake_at):
         delay = max(wake_at - now, 0.0)
@@ -121,7 +126,12 @@ def turn(c, e, now):
 
 @jit
 def start_step(c, e, now, duration):
-    """Engine e's planned step starts at ``now`` and lasts ``duration`` (priced by the loop)."""
+    """Engine e's planned step starts at ``now`` and lasts ``duration`` (priced by the loop), or
+    until the blocks it loads layer by layer are here (sim/core/kvtiers.py)."""
+    until = c.clocks[e, Clock.LOAD_UNTIL]
+    if until > 0.0:
+        duration = max(duration, until - now)
+        c.clocks[e, Clock.LOAD_UNTIL] = 0.0
     begin_step(c, e, now, duration)
     effect(c, STEP_END, e, duration)
 
@@ -219,6 +229,14 @@ def landed(c, rid, now):
 
 
 @jit
+def loaded(c, rid):
+    """Request ``rid``'s blocks have come back from the KV tiers: it waits first in its queue."""
+    e = c.req.engine[rid]
+    kvtiers.loaded(c, e, rid)
+    wake(c, e)
+
+
+@jit
 def timer(c, e, now):
     """Engine e's batching timer fires (a later one it set since stays pending)."""
     if now == c.clocks[e, Clock.TIMER_AT]:
@@ -258,3 +276,5 @@ def handle(c, kind, who, now):
         tick(c, now)
     elif kind == READY:
         autoscale.ready(c, who, now)
+    elif kind == LOADED:
+        loaded(c, who)

@@ -41,6 +41,7 @@ figures):
 from __future__ import annotations
 
 from sim.core import blocktable as bt
+from sim.core import tierstore
 from sim.core.jit import jit, leaf
 from sim.core.state import Counter, Setting
 
@@ -179,7 +180,7 @@ def in_use(c, e):
 def allocate(c, e, n):
     free = c.counters[e, Counter.FREE] + credit(c, e)
     if n > free:
-        c.counters[e, Counter.FREE] += bt.evict(c.cache, e, n - free)
+        c.counters[e, Counter.FREE] += tierstore.evict(c, e, n - free)  # down into the KV tiers
         free = c.counters[e, Counter.FREE] + credit(c, e)
     if n > 0 and n > free:
         raise RuntimeError("allocating more KV blocks than are free")
@@ -330,6 +331,7 @@ def cache_prefix(c, e, rid):
     # The cache is prefix-closed and holds none past this block: the rest are new too.
     up = r.prefix_nodes[lo + start - 1] if start else -1
     bt.add_run(c.cache, e, r.prefix_ids, r.prefix_nodes, lo + start, lo + full, up)
+    tierstore.store(c, e, r.prefix_ids, lo + start, lo + full)  # written through to the KV tiers
     r.cache_blocks[rid] = full
     if not windowed:
         return

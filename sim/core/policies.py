@@ -144,6 +144,7 @@ def schedule(c, e, now):
     """Plan engine ``e``'s next step at ``now``: its rows, their cached context, which sample,
     and the step's shape. Returns the number of rows (0: nothing to run)."""
     c.counters[e, Counter.PN] = 0
+    c.clocks[e, Clock.TURN_AT] = now
     c.counters[e, Counter.PREEMPTED] = 0
     c.counters[e, Counter.SWAP_IN] = 0
     c.counters[e, Counter.SWAP_OUT] = 0

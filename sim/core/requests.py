@@ -75,6 +75,9 @@ class Requests(NamedTuple):
     window_from: np.ndarray  # i8: its first cached block within its sliding window (sim/core/kvblocks.py)
     flight_blocks: np.ndarray  # i8: of its blocks, those its step's tokens in flight take past its window (kvblocks)
     handoff_s: np.ndarray  # f8: handed over: the duration of the step that prefilled it
+    loaded_tokens: np.ndarray  # i8: prompt tokens loaded back from the KV tiers (sim/core/kvtiers.py)
+    tier_state: np.ndarray  # i1: idle, loading from the KV tiers, or just loaded
+    ready_at: np.ndarray  # f8: loading: when its blocks are here
     class_id: np.ndarray  # i2
     level: np.ndarray  # i2: priority level, 0 served first
     prefix_offsets: np.ndarray  # i8 [n+1]: its shareable block ids are prefix_ids[off[i]:off[i+1]]
@@ -119,7 +122,8 @@ class RequestTable:
             first_scheduled=nan(), first_token=nan(), completion=nan(), last_token=nan(),
             cached_tokens=i8(), cache_blocks=i8(), swapped_blocks=i8(), held_blocks=i8(), held_cached=i8(),
             window_from=i8(), flight_blocks=i8(),
-            handoff_s=np.zeros(n), class_id=np.zeros(n, dtype=np.int16), level=np.zeros(n, dtype=np.int16),
+            handoff_s=np.zeros(n), loaded_tokens=i8(), tier_state=np.zeros(n, dtype=np.int8),
+            ready_at=np.zeros(n), class_id=np.zeros(n, dtype=np.int16), level=np.zeros(n, dtype=np.int16),
             prefix_offsets=np.zeros(n + 1, dtype=np.int64), prefix_ids=np.zeros(0, dtype=np.int64),
             prefix_nodes=np.zeros(0, dtype=np.int32),
             qnext=np.full(n, -1, dtype=np.int64), qprev=np.full(n, -1, dtype=np.int64))

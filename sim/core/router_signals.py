@@ -41,7 +41,8 @@ from sim.core.state import (
 
 @leaf
 def engine_outstanding(c, e):
-    return queue_len(c, e) + c.counters[e, Counter.NRUN] + c.counters[e, Counter.NTRANSFER]
+    return (queue_len(c, e) + c.counters[e, Counter.NRUN] + c.counters[e, Counter.NTRANSFER]
+            + c.counters[e, Counter.NLOAD])
 
 
 @jit

@@ -21,7 +21,17 @@ from sim.core.blocktable import BlockTable, block_table, block_table_ref
 from sim.core.jit import HAVE_NUMBA, entry, struct
 from sim.core.plan import SHAPE_SIZE
 from sim.core.requests import Requests, RequestTable, requests_ref
-from sim.vocab import FORECASTS, NO_MATCH, POLICIES, RESERVING, ROLES, ROUTERS, SCALE_POLICIES
+from sim.vocab import (
+    FORECASTS,
+    NO_MATCH,
+    POLICIES,
+    RESERVING,
+    ROLES,
+    ROUTERS,
+    SCALE_POLICIES,
+    TIER_LOADS,
+    TIER_WRITES,
+)
 
 
 def columns(name: str, names: str, doc: str) -> type[IntEnum]:
@@ -32,20 +42,31 @@ def columns(name: str, names: str, doc: str) -> type[IntEnum]:
 
 
 Setting = columns("Setting", """POLICY NUM_BLOCKS BLOCK_SIZE MAX_SEQS MAX_BATCHED CHUNK WATERMARK BATCH_SIZE
-    SWAP PREFIX SPEC_K ROLE REPLICA MAX_LEN TP MULTI_STEP WINDOW_BLOCKS WINDOW_PPM WINDOW STATE_PPM""",
+    SWAP PREFIX SPEC_K ROLE REPLICA MAX_LEN TP MULTI_STEP WINDOW_BLOCKS WINDOW_PPM WINDOW STATE_PPM
+    TIERS LOAD_MODE MIN_LOAD WRITE""",
                   "An engine's settings: settings[e, Setting.X] (int64). WINDOW*: sliding-window layers' cap "
                   "(WINDOW: their window in tokens); STATE_PPM: a running request's linear-attention / SSM "
-                  "state taken from the blocks, in millionths of a block (sim/core/kvblocks.own_blocks_in).")
+                  "state taken from the blocks, in millionths of a block (sim/core/kvblocks.own_blocks_in); "
+                  "TIERS: its KV tiers below the GPU, LOAD_MODE how blocks come back, MIN_LOAD the fewest "
+                  "blocks worth loading, WRITE when blocks go there (sim/core/tierstore.py).")
 FloatSetting = columns("FloatSetting", "BATCH_TIMEOUT",
                        "An engine's float settings: float_settings[e, FloatSetting.X].")
 Counter = columns("Counter", """FREE HOST_FREE NRUN NWAIT NSWAP NREMOTE NTRANSFER PREEMPTED PN SWAP_IN SWAP_OUT
-    BATCH_N USED_AT CACHED_AT QUEUED_AT QUEUED_BLOCKS ROUND LISTENING WAKING""",
+    BATCH_N USED_AT CACHED_AT QUEUED_AT QUEUED_BLOCKS ROUND LISTENING WAKING NLOAD""",
                   "An engine's counters: counters[e, Counter.X] (int64). QUEUED_BLOCKS: the blocks the queued "
                   "requests' prompts will take; ROUND: multi-step; LISTENING: the engine sleeps until woken; "
-                  "WAKING: its wake-up is on the loop's clock; *_AT: as the step under way started.")
-Clock = columns("Clock", "WAKE_AT START DURATION TIMER_AT",
+                  "WAKING: its wake-up is on the loop's clock; *_AT: as the step under way started; "
+                  "NLOAD: requests waiting for their blocks from the KV tiers.")
+Clock = columns("Clock", "WAKE_AT START DURATION TIMER_AT TURN_AT LOAD_UNTIL",
                 "An engine's times: clocks[e, Clock.X]. WAKE_AT: when an idle engine should look again; "
-                "TIMER_AT: the earliest batching timer pending.")
+                "TIMER_AT: the earliest batching timer pending; TURN_AT: when it last planned a step; "
+                "LOAD_UNTIL: the coming step ends no earlier (blocks loaded layer by layer).")
+TierCost = columns("TierCost", "LATENCY BLOCK_S SHARED",
+                   "Engine e's k-th KV tier: tier_cost[e, k, TierCost.X]: a load's latency, seconds per block "
+                   "on its link (sim/pricing/links.py: tier_costs), whether the replicas share it.")
+TierStat = columns("TierStat", "LOADED LOADS STORED SKIPPED",
+                   "What engine e's k-th tier did: tier_n[e, k, TierStat.X]: blocks loaded back, loads, blocks "
+                   "stored (new there), blocks found but recomputed (too few to load).")
 Replica = columns("Replica", "FIRST COUNT TURN ROLE RECORD",
                   "A replica: replicas[r, Replica.X] (int64): its first engine, their count (pp), whose turn; "
                   "RECORD: prefix-affinity's prompt tokens routed there beyond the prefixes they matched.")
@@ -95,7 +116,9 @@ LEAST_LOADED, SMALLEST_RECORD = NO_MATCH.values()
 QUEUE, KV, SLA = SCALE_POLICIES.values()
 LAST, TREND = FORECASTS.values()
 # The outbox: what an engine's turn left for its loop to act on, as rid * 8 + kind.
-DONE, HANDOFF, SEND_KV, DROP_KV = range(4)
+DONE, HANDOFF, SEND_KV, DROP_KV, LOAD_KV = range(5)
+ASYNC, LAYERWISE = TIER_LOADS.values()
+BACK_WRITE, THROUGH = TIER_WRITES.values()
 # The step log: one row per step, int32 columns then float64 (start, duration).
 LogColumn = columns("LogColumn", """REPLICA ENGINE NUM_SEQS NUM_TOKENS PREFILL_TOKENS DECODE_SEQS KV_BLOCKS_USED
     KV_BLOCKS_CACHED QUEUE_LEN""", "The step log's int columns: log_i[LogColumn.X, row].")
@@ -146,6 +169,13 @@ class Core(NamedTuple):
     scale_n: np.ndarray  # [ScaleCounter]
     scale_log: np.ndarray  # [rows, 3] the fleet's changes: time, replica, new state
     scale_recs: np.ndarray  # [rows, 2] the recommendations of the stabilisation window: time, replicas
+    tiers: BlockTable  # the KV tiers' blocks (sim/core/tierstore.py)
+    tier_of: np.ndarray  # [E, K] engine e's k-th tier's owner in ``tiers``
+    tier_cost: np.ndarray  # [E, K, TierCost]
+    tier_free: np.ndarray  # [E, K] when the link to each tier is next free
+    tier_n: np.ndarray  # [E, K, TierStat]
+    tier_hit: np.ndarray  # [K] a lookup's blocks per tier
+    tier_keys: np.ndarray  # [most blocks of an engine] the ids of blocks the GPU just gave up
 
 
 CoreType, CoreRef = struct("Core", Core._fields, __name__)
@@ -160,7 +190,7 @@ def core_ref(core: Core):
     """The core as compiled functions take it: one structure over the same arrays."""
     if not HAVE_NUMBA:
         return core
-    return _new_core(*(requests_ref(v) if name == "req" else block_table_ref(v) if name in ("cache", "rtable")
+    return _new_core(*(requests_ref(v) if name == "req" else block_table_ref(v) if name in ("cache", "rtable", "tiers")
                        else v for name, v in zip(Core._fields, core, strict=True)))
 
 
@@ -180,13 +210,29 @@ class EngineSpec:
     window_ppm: int = 0  # parts per million of a block's bytes in those layers
     window: int = 0  # their window, in tokens
     state_ppm: int = 0  # a running request's state taken from the blocks, in millionths of a block
+    tiers: tuple[TierSpec, ...] = ()  # its KV tiers below the GPU, first first
+    tier_load: str = "async"  # how their blocks come back (sim/vocab.py: TierLoad)
+    min_load_blocks: int = 0  # fewer found in the tiers are recomputed
+    tier_write: str = "through"  # when blocks reach the tiers (sim/vocab.py: TierWrite)
 
 
-def engines_of(scenario) -> list[EngineSpec]:
+@dataclass(frozen=True)
+class TierSpec:
+    """One KV tier of an engine, as the core needs it (sim/pricing/links.py: tier_costs)."""
+
+    capacity_blocks: int
+    latency_s: float
+    block_s: float  # seconds per block on its link
+    shared: bool = False  # one store for every replica
+
+
+def engines_of(scenario, tiers: list[tuple[TierSpec, ...]] | None = None) -> list[EngineSpec]:
     """Every engine of ``scenario``'s cluster: one per replica, ``pp`` per pipelined replica
-    (each with its share of the replica's KV blocks and swap space)."""
+    (each with its share of the replica's KV blocks and swap space); ``tiers``: each replica's
+    KV tiers (sim/pricing/links.py: tier_specs)."""
     from sim.scenario.memory import GiB
 
+    load, least, write = scenario.tier_settings()
     out = []
     for spec in scenario.replica_specs:
         hw, mem, pp = spec.hardware, spec.memory, spec.hardware.pp
@@ -194,9 +240,10 @@ def engines_of(scenario) -> list[EngineSpec]:
         max_len = scenario.model_spec.max_model_len
         if spec.scheduler.slot_context is not None:  # slots: a request longer than a slot is refused
             max_len = min(max_len, spec.scheduler.slot_context)
+        own = tiers[spec.index] if tiers is not None and spec.scheduler.prefix_caching else ()
         out += [EngineSpec(spec.scheduler, mem.num_blocks // pp, mem.block_size, max_len,
                            spec.index, spec.role, host, hw.tp, mem.window_blocks, mem.window_ppm,
-                           mem.window, mem.state_ppm)] * pp
+                           mem.window, mem.state_ppm, own, load, -(-least // mem.block_size), write)] * pp
     return out
 
 
@@ -215,11 +262,13 @@ def put(row: np.ndarray, columns: type[IntEnum], **values) -> None:
 
 
 def build_core(scenario, table_: RequestTable, *, step_overhead_s: float = 0.0,
-               closed: tuple[int, float] | None = None, replica_rate: float = 0.0) -> Core:
+               closed: tuple[int, float] | None = None, replica_rate: float = 0.0,
+               tiers: list[tuple[TierSpec, ...]] | None = None) -> Core:
     """The core of ``scenario``'s cluster over ``table_``'s requests, nothing arrived yet
     (``step_overhead_s``: a step's fixed cost, which a pipeline's first stage pays; ``closed``:
     a closed loop's users and think time; ``replica_rate``: the SLA planner's sustainable
-    req/s per replica, sim/pricing/capacity.py)."""
+    req/s per replica, sim/pricing/capacity.py; ``tiers``: each replica's KV tiers,
+    sim/pricing/links.py: tier_specs)."""
     specs = scenario.replica_specs
     pipe = table(PipeCost, len(specs))
     for r, spec in enumerate(specs):
@@ -235,7 +284,7 @@ def build_core(scenario, table_: RequestTable, *, step_overhead_s: float = 0.0,
             layers=m.num_layers, full_bytes=full, window_bytes=windowed, window=m.sliding_window,
             chunked=m.chunked, state_bytes=m.state_bytes_per_request())
     x = scenario.router
-    return core_of(engines_of(scenario), table_, seed=scenario.seed, router=x.policy, balance=x.balance_abs,
+    return core_of(engines_of(scenario, tiers), table_, seed=scenario.seed, router=x.policy, balance=x.balance_abs,
                    no_match=x.no_match, refresh_s=x.refresh, delay_s=x.delay_s, add_routed=x.adds_routed,
                    pipeline=pipe, link=link, closed=closed, autoscale=scale_settings(scenario, replica_rate))
 
@@ -288,7 +337,8 @@ def core_of(engines: list[EngineSpec], requests: RequestTable, *, seed: int = 0,
             swap=s.preemption == "swap", prefix=s.prefix_caching,
             spec_k=s.speculative.num_tokens if s.speculative else 0, role=ROLES[x.role], replica=x.replica,
             max_len=x.max_model_len, tp=x.tp, multi_step=s.num_scheduler_steps, window_blocks=x.window_blocks,
-            window_ppm=x.window_ppm, window=x.window, state_ppm=x.state_ppm)
+            window_ppm=x.window_ppm, window=x.window, state_ppm=x.state_ppm, tiers=len(x.tiers),
+            load_mode=TIER_LOADS[x.tier_load], min_load=x.min_load_blocks, write=TIER_WRITES[x.tier_write])
         put(float_settings[e], FloatSetting, batch_timeout=s.batch_timeout_s)
         counters[e, Counter.FREE] = x.num_blocks
         counters[e, Counter.HOST_FREE] = x.host_blocks
@@ -312,10 +362,12 @@ def core_of(engines: list[EngineSpec], requests: RequestTable, *, seed: int = 0,
     slots = int(delay_s // refresh_s) + 2 if refresh_s > 0 else 1
     blocks = settings[:, Setting.NUM_BLOCKS]
     caching = [int(blocks[e]) if settings[e, Setting.PREFIX] else 0 for e in range(E)]
-    # Prefix-affinity remembers as many blocks per replica as the replica could cache.
+    # Prefix-affinity remembers as many blocks per replica as the replica could cache, its own
+    # KV tiers included (they give up blocks in the order the GPU does: together, one LRU).
     first, count = replicas[:, Replica.FIRST], replicas[:, Replica.COUNT]
-    router_tables = [int(blocks[first[r]:first[r] + count[r]].sum()) if kind == PREFIX_AFFINITY else 0
-                     for r in range(R)]
+    router_tables = [int(blocks[first[r]:first[r] + count[r]].sum()
+                         + sum(t.capacity_blocks for t in engines[first[r]].tiers if not t.shared))
+                     if kind == PREFIX_AFFINITY else 0 for r in range(R)]
     run_counters, run_times = table(RunCounter, dtype=ints), table(RunTime)
     run_counters[RunCounter.SEED] = seed
     run_counters[RunCounter.USERS] = closed[0] if closed else 0
@@ -329,10 +381,13 @@ def core_of(engines: list[EngineSpec], requests: RequestTable, *, seed: int = 0,
     effects += R  # a tick may start every replica
     if autoscale is not None:
         routers[FRONT, Routing.COUNT] = int(autoscale[Scale.START])  # the initial replicas serve
+    effects += requests.n  # a request's blocks may come back from the KV tiers once
+    clocks = table(Clock, E, fill=np.inf)
+    clocks[:, Clock.LOAD_UNTIL] = 0.0
     return Core(
         req=requests.arrays(), settings=settings, float_settings=float_settings, spec_survival=spec_survival,
         counters=counters,
-        clocks=table(Clock, E, fill=np.inf),
+        clocks=clocks,
         qhead=np.full((E, levels + 2), -1, dtype=ints), qtail=np.full((E, levels + 2), -1, dtype=ints),
         running=rows(E, seats), batch=rows(E, seats), p_ids=rows(E, seats), p_new=rows(E, seats),
         p_comp=rows(E, seats), p_samp=np.zeros((E, seats), dtype=np.bool_), shape=np.zeros((E, SHAPE_SIZE)),
@@ -342,7 +397,31 @@ def core_of(engines: list[EngineSpec], requests: RequestTable, *, seed: int = 0,
         link_costs=table(LinkCost) if link is None else link, run_counters=run_counters, run_times=run_times,
         out=rows(2 * requests.n + 64), fx=rows(effects, 2), fx_delay=np.zeros(effects),
         log_i=np.zeros((len(LOG_INT_COLUMNS), LOG_ROWS), dtype=np.int32), log_f=np.zeros((2, LOG_ROWS)),
-        itl_hist=rows(classes, ITL_BINS), itl_sum=rows(classes), **fleet)
+        itl_hist=rows(classes, ITL_BINS), itl_sum=rows(classes), **fleet, **tiers_of(engines))
+
+
+def tiers_of(engines: list[EngineSpec]) -> dict:
+    """The KV tiers' tables: an owner per engine for each tier of its own, one for every engine
+    for a shared store (the first engine's capacity), and their costs."""
+    E, K = len(engines), max(1, max(len(x.tiers) for x in engines))
+    tier_of = np.full((E, K), -1, dtype=np.int64)
+    cost = np.zeros((E, K, len(TierCost)))
+    capacities: list[int] = []
+    shared: dict[int, int] = {}
+    for e, x in enumerate(engines):
+        for k, t in enumerate(x.tiers):
+            if t.shared and k in shared:
+                tier_of[e, k] = shared[k]
+            else:
+                tier_of[e, k] = len(capacities)
+                capacities.append(t.capacity_blocks)
+                if t.shared:
+                    shared[k] = tier_of[e, k]
+            put(cost[e, k], TierCost, latency=t.latency_s, block_s=t.block_s, shared=t.shared)
+    most = max(x.num_blocks for x in engines) if any(x.tiers for x in engines) else 1
+    return dict(tiers=block_table(capacities), tier_of=tier_of, tier_cost=cost, tier_free=np.zeros((E, K)),
+                tier_n=np.zeros((E, K, len(TierStat)), dtype=np.int64), tier_hit=np.zeros(K, dtype=np.int64),
+                tier_keys=np.zeros(max(1, most), dtype=np.int64))
 
 
 def fleet_of(R: int, requests: RequestTable, autoscale: np.ndarray | None) -> dict:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from sim.core import handlers
 from sim.core.handlers import STEP_END, WAKE
 from sim.core.jit import entry
-from sim.core.state import DECODE, LOG_ROWS, Core, Replica, RunCounter, Scale, core_ref
+from sim.core.state import DECODE, LOG_ROWS, Core, Replica, RunCounter, Scale, Setting, core_ref
 from sim.loops.decode_runs import decode_run, steady
 from sim.loops.events import (
     FINISHED,
@@ -82,8 +82,10 @@ def run_compiled(core: Core, costs: Costs, closed: tuple[int, float] | None,
     chunk of the step log; ``progress`` hears how many requests have arrived, now and then."""
     E = core.counters.shape[0]
     seats = core.p_ids.shape[1]
-    # an autoscaler reads the engines between arrivals: decode runs stop at its ticks
-    apart = closed is None and not (core.replicas[:, Replica.ROLE] == DECODE).any() and not core.scale[Scale.ON]
+    # an autoscaler reads the engines between arrivals: decode runs stop at its ticks; KV tiers'
+    # loads land between them, and a shared store is written by every engine
+    apart = (closed is None and not (core.replicas[:, Replica.ROLE] == DECODE).any() and not core.scale[Scale.ON]
+             and not core.settings[:, Setting.TIERS].any())
     L = new_loop(E, 4 * (2 * E + 4 * seats + 16) + (closed[0] if closed else 0), apart)
     c, cost_ref, ref = core_ref(core), costs_ref(costs), loop_ref(L)
     while True:

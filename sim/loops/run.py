@@ -25,6 +25,7 @@ from sim.core.state import Replica, ScaleCounter, Setting, build_core
 from sim.errors import ScenarioError
 from sim.pricing import CostModelExecutor, make_cost_model
 from sim.pricing.costs import add_counts, encode, extrapolation_warnings
+from sim.pricing.links import tier_specs
 from sim.pricing.profiled import COUNTERS
 from sim.pricing.roofline import engine_of
 from sim.results.energy import run_energy, scenario_power
@@ -32,6 +33,7 @@ from sim.results.fleet import fleet_log, fleet_summary, held_gpu_hours, held_sec
 from sim.results.metrics import check_request_times, requests_frame, summarize
 from sim.results.money import run_costs, window_s
 from sim.results.steplog import StepLog, engine_rows
+from sim.results.tiers import tier_summary
 from sim.scenario.load import apply_overrides, scenario_from_dict
 from sim.scenario.schema import Scenario
 from sim.traffic import build_workload
@@ -115,7 +117,7 @@ class _Run:
         self.closed = self.workload.closed_loop
         self.replica_rate = _replica_rate(scenario, self.workload)
         self.core = build_core(scenario, self.table, step_overhead_s=engine_of(scenario).step_overhead_s,
-                               closed=self.closed, replica_rate=self.replica_rate)
+                               closed=self.closed, replica_rate=self.replica_rate, tiers=tier_specs(scenario))
         self.log = StepLog()
 
     def collect(self, wall_s: float, mode: str, extrapolated: dict[str, int]) -> RunResult:
@@ -198,6 +200,9 @@ def collect(scenario: Scenario, table: RequestTable, workload, steps: pd.DataFra
             per = scenario.num_gpus / (held * 3600.0 / window)
             for part in (summary, *(summary.get("classes") or {}).values()):
                 part["goodput_per_gpu"] *= per
+    if scenario.kv_tiers is not None:  # hits per tier, bytes moved (sim.results.tiers)
+        requests.insert(requests.columns.get_loc("cached_tokens") + 1, "tier_tokens", table.loaded_tokens)
+        summary["kv_tiers"] = tier_summary(scenario, core, requests)
     warnings = list(scenario.model_notes)  # what the model's description leaves out or over-counts
     warnings += getattr(workload, "notes", ())
     warnings += extrapolation_warnings(extrapolated or {})

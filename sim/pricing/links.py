@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from sim.core.jit import entry, jit, leaf
-from sim.core.state import Counter, LinkCost, PipeCost, Replica, Setting
+from sim.core.state import Counter, LinkCost, PipeCost, Replica, Setting, TierSpec
 from sim.scenario.specs.kv_bytes import kv_bytes_held
 
 _kv_bytes_held = leaf(kv_bytes_held)  # the model description's own rule, compiled
@@ -81,3 +81,21 @@ def transfer_seconds(c, rid):
 def pipelined_seconds(c, e, now, duration):
     """``pipelined`` for Python callers (the SimPy loop)."""
     return pipelined(c, e, now, duration)
+
+
+def tier_specs(scenario) -> list[tuple[TierSpec, ...]]:
+    """Each replica's KV tiers as the core takes them (sim/core/tierstore.py): how many of its
+    blocks each holds, and what loading a block costs — its bytes (every GPU's shard) over the
+    tier's bandwidth to the replica, after the tier's latency."""
+    from sim.scenario.memory import GiB
+
+    if scenario.kv_tiers is None:
+        return [() for _ in scenario.replica_specs]
+    out = []
+    for spec in scenario.replica_specs:
+        hw, mem = spec.hardware, spec.memory
+        block = mem.kv_bytes_per_token * mem.block_size * hw.tp
+        out.append(tuple(TierSpec(int(t.capacity_gb * GiB // block), t.latency,
+                                  block / t.bandwidth(spec.gpu, hw.tp), t.medium == "shared")
+                         for t in scenario.kv_tiers.tiers))
+    return out

@@ -80,6 +80,8 @@ def results_block(summary: dict, num_gpus: int, prefix_caching: bool, slo: str, 
         engine.append(f"prefix cache hits {fmt.pct(s.get('prefix_hit_rate'))} of prompt tokens")
     if engine:
         rows.append(["engine", ", ".join(engine)])
+    if s.get("kv_tiers"):
+        rows.append(["KV tiers", tiers_text(s["kv_tiers"])])
     rows.append(["mean lengths", f"{fmt.num(s.get('mean_prompt_tokens'))} prompt, "
                  f"{fmt.num(s.get('mean_output_tokens'))} output tokens"])
     note = ("Goodput: requests per second that finished within every SLO limit, over the arrival "
@@ -92,6 +94,19 @@ def results_block(summary: dict, num_gpus: int, prefix_caching: bool, slo: str, 
             "scheduled; a burst's time to recover runs from its end to the first instant the queue "
             "is back at its mean over the burst's own length before it (README, \"Reading the results\").")
     return Block("Results", rows, [], note)
+
+
+def tiers_text(t: dict) -> str:
+    """Where the prompt tokens came from, level by level, and what moved (sim/results/tiers.py)."""
+    parts = [f"GPU {fmt.pct(t['gpu_hit_rate'])}"]
+    for name, x in t["tiers"].items():
+        part = (f"{name} {fmt.pct(x['hit_rate'])} ({fmt.plural(x['loads'], 'load')}, "
+                f"{x['loaded_bytes'] / 1e9:.3g} GB in, {x['stored_bytes'] / 1e9:.3g} GB stored)")
+        if x["recomputed_tokens"]:
+            part += f", {x['recomputed_tokens']:,} tokens found but recomputed"
+        parts.append(part)
+    return (f"prompt tokens from {', '.join(parts)}; written {t['write']}, loaded {t['load']}"
+            + (f", at least {t['min_load_tokens']:,} tokens" if t["min_load_tokens"] else ""))
 
 
 def ended_text(e: dict) -> str:

@@ -74,6 +74,11 @@ def state_memory_of(name: str) -> str:
     return presets()[name].get("state_memory", "reserved")
 
 
+def kv_tiers_of(name: str) -> dict:
+    """How the engine uses KV tiers: ``load``, ``min_load_tokens`` and ``write``."""
+    return {"load": "async", "min_load_tokens": 0, "write": "through", **presets()[name].get("kv_tiers", {})}
+
+
 def _name(engine: Any) -> str | None:
     if engine is None:
         return DEFAULT_ENGINE

@@ -162,6 +162,7 @@ def check_feasible(s: Scenario, source: str) -> None:
                             "must be a smaller model than the target")
     check_router(s.router, source)
     check_autoscale(s, source)
+    check_tiers(s, source)
     gib = 1024**3
     for r in s.replica_specs:
         hw, mem = r.hardware, r.memory
@@ -242,6 +243,30 @@ def check_router(x: Router, source: str) -> None:
         raise ScenarioError(source, "router.delay_s",
                             f"expected at most {MAX_SAMPLES_IN_FLIGHT} × router.refresh_s ({x.refresh} s), got "
                             f"{x.delay_s}")
+
+
+def check_tiers(s: Scenario, source: str) -> None:
+    """KV tiers hold whole blocks of every layer: a model whose sliding-window or state layers
+    the engines keep apart (freed behind the window, a state per request) is refused, and so is
+    a tier too small for one block."""
+    if s.kv_tiers is None:
+        return
+    if not any(r.scheduler.prefix_caching for r in s.replica_specs):
+        raise ScenarioError(source, "kv_tiers", "needs scheduler.prefix_caching: true (the tiers hold the blocks "
+                            "the GPU's prefix cache gives up)")
+    if any(r.hardware.pp > 1 for r in s.replica_specs):
+        raise ScenarioError(source, "kv_tiers", "not modelled with pipeline parallelism (hardware.pp > 1)")
+    spec = s.model_spec
+    if spec.sliding_window or spec.chunked or spec.state_bytes_per_request():
+        raise ScenarioError(source, "kv_tiers", f"not modelled for {spec.name}: its sliding-window or linear-"
+                            "attention / SSM layers keep their KV apart from the blocks the tiers hold")
+    gib = 1024**3
+    for i, t in enumerate(s.kv_tiers.tiers):
+        for r in s.replica_specs:
+            block = r.memory.kv_bytes_per_token * r.memory.block_size * r.hardware.tp
+            if t.capacity_gb * gib < block:
+                raise ScenarioError(source, f"kv_tiers.tiers[{i}].capacity_gb",
+                                    f"{t.capacity_gb} GiB holds no KV block of {block / gib:.3g} GiB")
 
 
 def check_autoscale(s: Scenario, source: str) -> None:

@@ -29,6 +29,7 @@ from sim.scenario.engines import (
     ENGINE_NAMES,
     EngineCost,
     engine_cost,
+    kv_tiers_of,
     memory_of,
     state_memory_of,
     with_engine_defaults,
@@ -41,7 +42,19 @@ from sim.scenario.specs.drafts import draft_spec
 from sim.scenario.specs.gpus import resolution, with_price
 from sim.scenario.specs.models import DTYPE_BYTES
 from sim.traffic.schema import PositiveInt, Slo, Strict, WorkloadSpec
-from sim.vocab import CHUNKING, RESERVING, Forecast, Policy, Role, RouterNoMatch, RouterPolicy, ScalePolicy
+from sim.vocab import (
+    CHUNKING,
+    RESERVING,
+    Forecast,
+    Policy,
+    Role,
+    RouterNoMatch,
+    RouterPolicy,
+    ScalePolicy,
+    TierLoad,
+    TierMedium,
+    TierWrite,
+)
 
 Fraction = Annotated[float, Field(gt=0, le=1)]
 Gigabytes = Annotated[float, Field(ge=0, le=1e6)]  # a petabyte: beyond, byte counts overflow
@@ -377,6 +390,67 @@ class Link(Strict):
         return LINKS[self.type][1] if self.latency_s is None else self.latency_s
 
 
+# A KV tier's defaults when the scenario gives none: a load's latency, and where the bandwidth comes
+# from. cpu: each GPU copies its shard over its own host link (the GPU's host_gb_s: PCIe or C2C);
+# nvme: one local PCIe 4.0 x4 drive's sequential read (~6-7 GB/s on datasheets of 2023-2025 data
+# centre drives, e.g. Samsung PM9A3 6.9 GB/s); shared: a store reached over the GPUs' scale-out NICs
+# (Mooncake's transfer engine, LMCache's remote backends). The latencies are a DMA's set-up, an NVMe
+# read's and a store's lookup + RDMA read: orders of magnitude, to be set from a measurement.
+TIER_LATENCY_S = {"cpu": 10e-6, "nvme": 100e-6, "shared": 500e-6}
+NVME_GB_S = 6.0
+
+
+class KvTier(Strict):
+    """A KV tier below the GPU (sim/core/tierstore.py): blocks the GPU's prefix cache gives up
+    go down the tiers, least recently used out first; a prompt's blocks found there are loaded
+    back instead of recomputed."""
+
+    medium: TierMedium
+    capacity_gb: Annotated[float, Field(gt=0, le=1e6)]  # GiB: each replica's (cpu, nvme), or the store's (shared)
+    bandwidth_gb_s: PositiveFloat | None = None  # GB/s from the tier to one replica (default: by medium)
+    latency_s: NonNegativeFloat | None = None  # a load's fixed latency (default: by medium)
+
+    def bandwidth(self, gpu: GpuSpec, tp: int) -> float:
+        """Bytes/s between the tier and a replica of ``tp`` GPUs."""
+        from sim.scenario.specs.gpus import LINKS as GPU_LINKS
+
+        if self.bandwidth_gb_s is not None:
+            return self.bandwidth_gb_s * 1e9
+        if self.medium == "cpu":
+            return gpu.host_bandwidth * tp
+        if self.medium == "nvme":
+            return NVME_GB_S * 1e9
+        nic = GPU_LINKS[gpu.scale_out or "eth100"]
+        return nic.bandwidth * tp
+
+    @property
+    def latency(self) -> float:
+        return TIER_LATENCY_S[self.medium] if self.latency_s is None else self.latency_s
+
+
+class KvTiers(Strict):
+    """KV cache tiers below the GPU (vLLM's offloading connector, LMCache, SGLang HiCache,
+    Dynamo's KV block manager, Mooncake's store), in order: a block leaves the GPU into the
+    first, and a full tier's oldest goes into the next (``write: back``); or every tier stores a
+    prompt's blocks as they are computed, each giving up its own oldest (``write: through``).
+    ``load``, ``min_load_tokens`` and ``write`` default to the engine's
+    (sim/scenario/data/engines.yaml)."""
+
+    tiers: Annotated[list[KvTier], Field(min_length=1, max_length=4)]
+    load: TierLoad | None = None  # async: the request waits for its blocks; layerwise: its step overlaps the load
+    min_load_tokens: NonNegativeInt | None = None  # a shorter hit in the tiers is recomputed
+    write: TierWrite | None = None  # through: a prompt's blocks go to every tier as computed; back: as the GPU evicts
+
+    @model_validator(mode="after")
+    def _shared_last(self):
+        media = [t.medium for t in self.tiers]
+        if "shared" in media and media.index("shared") != len(media) - 1:
+            raise ValueError("a shared tier must be the last: blocks go down from a replica's own tiers into it")
+        if len(set(media)) != len(media):
+            raise ValueError(f"each medium at most once (tiers: {', '.join(media)})")
+        return self
+
+
 class Disaggregation(Strict):
     """Separate prefill and decode pools (DistServe, Splitwise, Mooncake); the KV cache moves
     from a prefill replica to a decode replica over ``link`` after the prompt is processed."""
@@ -589,6 +663,7 @@ class Scenario(Strict):
     slo: Slo = Slo()
     simulation: Simulation = Simulation()
     autoscale: Autoscale | None = None  # the fleet follows its load (max_replicas replicas, not replicas)
+    kv_tiers: KvTiers | None = None  # KV cache tiers below the GPU's prefix cache
 
     model_config = ConfigDict(**Strict.model_config, ignored_types=(cached_property,))
 
@@ -622,6 +697,14 @@ class Scenario(Strict):
                                      f"{sch.policy} engine cannot take in requests handed over mid-way (the {role} "
                                      f"pool's is {sch.policy})")
         return self
+
+    def tier_settings(self) -> tuple[str, int, str]:
+        """How blocks come back from the KV tiers (``load``), the fewest tokens worth loading,
+        and when blocks go there (``write``): the scenario's, else the engine's."""
+        base = kv_tiers_of(self.engine.name)
+        given = self.kv_tiers.model_dump(exclude_none=True, exclude={"tiers"}) if self.kv_tiers is not None else {}
+        x = {**base, **given}
+        return x["load"], int(x["min_load_tokens"]), x["write"]
 
     # Set by the loader, never by the file: ``base_dir`` is where relative paths in the
     # scenario start from; ``source`` names the scenario (its file) in errors.

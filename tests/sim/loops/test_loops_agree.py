@@ -22,6 +22,13 @@ BURSTY = {"workload__arrival": {"process": "gamma", "rate": 15, "cv": 3.0}}
 LOADS = {"light": {}, "pressure": PRESSURE, "bursty": BURSTY}
 SHARED = {"workload__shared_prefix": {"num_prompts": 3, "length": 400},
           "workload__prompt_len": {"dist": "uniform", "min": 10, "max": 300}}
+CONVERSATIONS = {"workload__arrival": {"process": "poisson", "rate": 4},
+                 "workload__shared_prefix": {"num_prompts": 2, "length": 300},
+                 "workload__prompt_len": {"dist": "lognormal", "mean": 300, "sigma": 0.8, "max": 1500},
+                 "workload__output_len": {"dist": "uniform", "min": 10, "max": 200},
+                 "workload__conversations": {"turns": {"dist": "uniform", "min": 2, "max": 6},
+                                             "think_time_s": {"dist": "exponential", "mean": 5},
+                                             "max_context": 6000}}
 TINY = Path(__file__).resolve().parents[3] / "benchmarks" / "vllm_cpu" / "tiny_models"
 
 
@@ -172,6 +179,25 @@ FEATURES = {
                             "quantization": {"weights": "fp8", "kv_cache": "fp8"}, **BURSTY},
     "closed-loop-rejects": {"workload__arrival": {"process": "closed", "concurrency": 5},
                             "workload__prompt_len": {"dist": "uniform", "min": 4000, "max": 9000}},
+    # KV tiers below the GPU: blocks the prefix cache gives up go to CPU memory, then NVMe (both
+    # small: they overflow), loaded back asynchronously (vLLM) or layer by layer under the step
+    # (SGLang), or recomputed when too few; a shared store written and read by every replica.
+    "kv-tiers-async": {"scheduler__prefix_caching": True, "scheduler__policy": "chunked-prefill",
+                       "hardware__kv_blocks": 300, **CONVERSATIONS,
+                       "kv_tiers": {"tiers": [{"medium": "cpu", "capacity_gb": 0.4},
+                                              {"medium": "nvme", "capacity_gb": 0.6}]}},
+    "kv-tiers-layerwise-threshold": {"scheduler__prefix_caching": True, "hardware__kv_blocks": 300,
+                                     **CONVERSATIONS, "engine": "sglang",
+                                     "kv_tiers": {"tiers": [{"medium": "cpu", "capacity_gb": 1}],
+                                                  "min_load_tokens": 200}},
+    "kv-tiers-shared-affinity": {"replicas": 3, "router": {"policy": "prefix-affinity", "balance_abs": 2},
+                                 "scheduler__prefix_caching": True, "hardware__kv_blocks": 250, **CONVERSATIONS,
+                                 "kv_tiers": {"tiers": [{"medium": "cpu", "capacity_gb": 0.3},
+                                                        {"medium": "shared", "capacity_gb": 2}]}},
+    "kv-tiers-round-robin-shared": {"replicas": 2, "scheduler__prefix_caching": True,
+                                    "hardware__kv_blocks": 250, **CONVERSATIONS,
+                                    "kv_tiers": {"tiers": [{"medium": "shared", "capacity_gb": 2,
+                                                            "bandwidth_gb_s": 2}], "load": "layerwise"}},
     # llama.cpp's fixed slots: requests longer than a slot rejected, the slots' contexts as KV
     "slots": {"engine": "llama.cpp", "scheduler__max_num_seqs": 4, "scheduler__slot_context": 1024,
               "scheduler__chunk_size": 512, "workload__prompt_len": {"dist": "uniform", "min": 16, "max": 1200},
