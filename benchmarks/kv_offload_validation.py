@@ -70,7 +70,7 @@ LARGE_BYTES = 512 * MiB  # the project's usual vLLM-CPU cache: 182 blocks, every
 OFFLOAD_GIB = 1.0
 # the tier servesim is given for the offload: 1 GiB of host memory per replica; a copy within one
 # socket's memory (the "GPU" cache is host memory here too), about 10 GB/s, 0.1 ms to start
-TIER = {"medium": "cpu", "capacity_gb": OFFLOAD_GIB * 1.073741824, "bandwidth_gb_s": 10.0, "latency_s": 0.0001}
+TIER = {"medium": "cpu", "capacity_gb": OFFLOAD_GIB, "bandwidth_gb_s": 10.0, "latency_s": 0.0001}  # GiB
 KV_TIERS = {"load": "async", "min_load_tokens": 0, "tiers": [TIER]}
 
 SERVER_FLAGS = ["--max-model-len", "2048", "--max-num-seqs", "32", "--max-num-batched-tokens", "512",
@@ -166,13 +166,14 @@ def rel(a: float, b: float) -> float:
 
 
 def tier_fields(v) -> dict:
-    """What the simulation reports of its KV tiers (its summary's and requests' tier fields)."""
-    keys = ("tier", "offload", "load_bytes", "store_bytes", "bytes_moved")
-    out = {k: v_ for k, v_ in v.sim.summary.items() if any(x in k for x in keys)}
-    for c in v.sim.requests.columns:
-        if any(x in c for x in keys):
-            col = v.sim.requests[c]
-            out[f"requests.{c}.sum"] = float(col.sum()) if np.issubdtype(col.dtype, np.number) else None
+    """What the simulation reports of its KV tiers (its summary's ``kv_tiers``: the GPU's share
+    of the served prompt tokens, and per tier the tokens loaded back, bytes moved each way)."""
+    t = v.sim.summary.get("kv_tiers")
+    if not t:
+        return {}
+    out = {k: t.get(k) for k in ("load", "write", "min_load_tokens", "gpu_hit_rate")}
+    for medium, x in t.get("tiers", {}).items():
+        out |= {f"{medium}_{k}": val for k, val in x.items()}
     return out
 
 
@@ -355,6 +356,8 @@ def resimulate(args) -> dict:
     profile = out / "profile.json" if (out / "profile.json").is_file() else Path(summary["profile"])
     fragment = yaml.safe_load(profile.with_suffix(".scenario.yaml").read_text())
     fragment["cost"]["profile"] = str(profile.resolve())
+    summary["kv_tiers_sim"] = KV_TIERS
+    summary["notes"] = [*summary.get("notes", []), *(n for n in args.note or [] if n not in summary.get("notes", []))]
     summary["simulations"] = simulations(summary, fragment, profile, out)
     summary["resimulated_utc"] = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
     write_json(out / "summary.json", summary)
@@ -449,19 +452,25 @@ def readme(s: dict) -> str:
         lines += [f"**{s['kv_tiers']}**: only the configurations as served were simulated.", ""]
     lines += ["The first measured run's requests replayed by the simulator with the calibrated profile. *Median "
               "diff*: |sim median − measured median| / measured; *per-request*: the median over requests of "
-              "|sim − real| / real (servesim validate's figure); spread: the two measured runs' own.", "",
+              "|sim − real| / real (servesim validate's figure); spread: the two measured runs' own. Hit rates: "
+              "cached prompt tokens over prompt tokens, all levels (sim) and as the answers said (measured); *GPU* / "
+              "*CPU tier*: the simulation's split (its summary's `kv_tiers`); *MB loaded / stored*: the bytes it "
+              f"moved between the primary cache and the CPU tier (`kv_tiers` given to servesim: "
+              f"`{json.dumps(s['kv_tiers_sim'])}`).", "",
               "| simulation | against measured | sim TTFT median ms | measured | median diff | per-request TTFT err "
               "(spread) | sim E2E median ms | measured | median diff | per-request E2E err (spread) | sim hit rate | "
-              "measured hit rate | tier fields |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "measured hit rate | sim GPU / CPU tier | CPU tier MB loaded / stored |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in s.get("simulations", []):
-        sim, real, pr = r["sim"], r["measured"][0], r["per_request"]
-        tiers = ", ".join(f"{k} {v:.4g}" if isinstance(v, int | float) else f"{k} {v}"
-                          for k, v in r["tiers"].items()) or "–"
+        sim, real, pr, t = r["sim"], r["measured"][0], r["per_request"], r["tiers"]
+        split = f"{pct(t['gpu_hit_rate'])} / {pct(t.get('cpu_hit_rate'))}" if t else "–"
+        moved = (f"{t.get('cpu_loaded_bytes', 0) / 1e6:.0f} / {t.get('cpu_stored_bytes', 0) / 1e6:.0f}"
+                 if t else "–")
         lines.append(f"| {r['simulation']} | {r['against']} | {ms(sim['ttft_median_s'])} | {ms(real['ttft_median_s'])} "
                      f"| {pct(r['median_ttft_diff'])} | {pct(pr.get('ttft_error'))} ({pct(pr.get('ttft_spread'))}) | "
                      f"{ms(sim['e2e_median_s'])} | {ms(real['e2e_median_s'])} | {pct(r['median_e2e_diff'])} | "
                      f"{pct(pr.get('e2e_error'))} ({pct(pr.get('e2e_spread'))}) | {pct(sim['hit_rate'])} | "
-                     f"{pct(real['hit_rate'])} | {tiers} |")
+                     f"{pct(real['hit_rate'])} | {split} | {moved} |")
     return "\n".join(lines) + "\n"
 
 
@@ -475,8 +484,9 @@ def commit(out: Path, summary: dict) -> None:
         log = out / f"server-{c}.log"
         if "error" in r and log.is_file():
             lines = log.read_text(errors="replace").splitlines()
-            at = next((i for i, x in enumerate(lines) if "Error" in x or "Exception" in x), 0)
-            write_text(RESULTS / "refused" / f"{c}.log", "\n".join(lines[max(0, at - 40):at + 40]) + "\n")
+            said = r["error"].split(": ", 1)[-1][:60]
+            at = next((i for i, x in enumerate(lines) if said in x), len(lines) - 1)
+            write_text(RESULTS / "refused" / f"{c}.log", "\n".join(lines[max(0, at - 40):at + 10]) + "\n")
     if (RESULTS / "profile.json").is_file():  # the fragment names the committed profile beside it
         frag = yaml.safe_load((RESULTS / "profile.scenario.yaml").read_text())
         frag["cost"]["profile"] = "profile.json"
