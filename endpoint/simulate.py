@@ -44,6 +44,8 @@ def _shifted(result: RunResult, overhead: float, arrival: np.ndarray, scenario: 
         df[c] = df[c] + overhead
     df["slo_met"] = slo_met(df, slo_limits(len(df), scenario.slo))
     summary = summarize(df, result.steps, num_gpus=scenario.num_gpus)
+    # what the request table does not give (the run's kv_tiers part) is kept as the run wrote it
+    summary = {**{k: v for k, v in result.summary.items() if k not in summary}, **summary}
     return replace(result, requests=df, summary=summary)
 
 

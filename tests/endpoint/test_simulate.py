@@ -64,3 +64,21 @@ def test_closed_loop_with_request_overhead_follows_the_rule(tmp_path):
     np.testing.assert_allclose(sends - t0, closed_sends(done - t0, 3, 0.1), atol=1e-9)
     assert (sends[:3] == t0).all() and (sends[3:] > t0).all()
     assert (r["ttft"] > 0.01).all()  # the overhead counts in TTFT
+
+
+def test_request_overhead_keeps_the_kv_tiers_summary(tmp_path):
+    """The overhead shifts the request table and its summary is made again: the run's tiers stay."""
+    path = profile(tmp_path, 0.05)
+    data = {"model": "tiny-llama-12m", "cost": {"model": "profile", "profile": str(path)},
+            "hardware": {"kv_blocks": 8}, "kv_tiers": {"tiers": [{"medium": "cpu", "capacity_gb": 1.0}]},
+            "scheduler": {"policy": "chunked-prefill", "chunk_size": 256, "max_num_seqs": 4, "block_size": 16,
+                          "prefix_caching": True},
+            "workload": {"num_requests": 24, "arrival": {"process": "poisson", "rate": 2.0},
+                         "prompt_len": {"dist": "fixed", "value": 32}, "output_len": {"dist": "fixed", "value": 4},
+                         "conversations": {"turns": {"dist": "fixed", "value": 3},
+                                           "think_time_s": {"dist": "fixed", "value": 1.0}}}}
+    sc = scenario_from_dict(data, "<t>")
+    w = build_workload(sc)
+    s = simulate_measured(sc, w, w.arrival).summary
+    assert s["kv_tiers"]["tiers"]["cpu"]["hit_tokens"] > 0
+    assert s["prefix_hit_rate"] > 0
