@@ -199,6 +199,19 @@ def kv_tiers(ex: Example) -> None:
              att(s) >= 0.7 and att(s) >= att(off) + 0.3, f"{pct(att(s))} vs {pct(att(off))}")
 
 
+def wide_ep(ex: Example) -> None:
+    name, d = "deepseek-v3-wide-ep", "disaggregation.decode."
+    s = run(name)
+    no_tbo = run(name, d + "hardware.two_batch_overlap=false")
+    tp16 = run(name, d + "count=4", d + "hardware={gpu: H100-SXM, tp: 16, expert_parallel: true}")
+    ex.check("wide EP at 20 req/s: ≥ 99% within the SLO, TPOT p50 15-25 ms",
+             att(s) >= 0.99 and 0.015 <= s["tpot_p50"] <= 0.025, f"{pct(att(s))}, TPOT p50 {ms(s['tpot_p50'])}")
+    ex.check("two-batch overlap off: TPOT ≥ 1.4×", no_tbo["tpot_p50"] >= 1.4 * s["tpot_p50"],
+             f"{ms(no_tbo['tpot_p50'])} vs {ms(s['tpot_p50'])}")
+    ex.check("4 × TP 16 on 64 GPUs: TPOT ≥ 3×", tp16["tpot_p50"] >= 3 * s["tpot_p50"],
+             f"{ms(tp16['tpot_p50'])} vs {ms(s['tpot_p50'])}")
+
+
 def pipeline(ex: Example) -> None:
     pp, tp = run("pipeline-parallel-70b"), run("pipeline-parallel-70b", "hardware.pp=1", "hardware.tp=4")
     ex.check("PP 2 × TP 2 at 1.8 req/s: 40–95% meet the SLO", 0.4 <= att(pp) <= 0.95, pct(att(pp)))
@@ -378,6 +391,7 @@ EXAMPLES: dict[str, Callable[[Example], None]] = {
     "autoscale-diurnal": autoscale,
     "disaggregated": disaggregated, "heterogeneous": heterogeneous, "mixtral-expert-parallel": mixtral,
     "mooncake-trace": mooncake, "multi-class": multi_class, "multi-turn": multi_turn, "kv-tiers": kv_tiers,
+    "deepseek-v3-wide-ep": wide_ep,
     "pipeline-parallel-70b": pipeline, "quantization-fp8": fp8, "router-least-kv": router,
     "shared-prompts": shared_prompts, "speculative-decoding": speculative, "swap-preemption": swap,
     "tensor-parallel-70b": tensor_parallel, "vidur-a100-llama2-70b": vidur,

@@ -49,8 +49,13 @@ BUS_FRACTION = 0.8  # an all-reduce's bus bandwidth as a share of the link's (nc
  FLOPS, BANDWIDTH, EXPERT_PARALLEL, KV_TOKEN_GPU, HOST_BW, OVERLAP, LM_OVERLAP, ROW_OVERHEAD, LAYER_FIXED,
  DEC_ROW, EAGER_FIXED, MOE_LAYERS, ALLREDUCES, ATTN_LAYERS, SW_PRE_F, SW_PRE_B, SW_DEC_F, SW_DEC_B, WINDOW,
  STATE_TOKEN_F, STATE_SEQ_B, FL_WEIGHTS, FL_EXPERT, FL_LM_B, FL_LM_F, FL_TOKEN_F, FL_CTX_B, FL_CTX_F,
- FL_SW_CTX_B, FL_SW_CTX_F, FL_PAIR_F, FL_SW_PAIR_F, FL_STATE_B, FL_STATE_F, FL_KV_WRITE, MEMO_N) = range(64)
-NUM_PARAMS = 64
+ FL_SW_CTX_B, FL_SW_CTX_F, FL_PAIR_F, FL_SW_PAIR_F, FL_STATE_B, FL_STATE_F, FL_KV_WRITE, MEMO_N,
+ DP, IMBALANCE, TBO, A2A_TOKEN_S, A2A_LATENCY) = range(69)
+NUM_PARAMS = 69
+# Wide expert parallelism (sim/pricing/wide_ep.py): DP attention ranks (each computing 1/DP of the
+# step's tokens and context with TP / DP GPUs), the busiest expert GPU's load over the mean
+# (IMBALANCE), two-batch overlap (TBO), and the dispatch + combine all-to-all's seconds per token
+# and latency per MoE layer.
 # Decode steps repeat a few token counts millions of times, and each GEMM's smooth maximum costs
 # two pow calls. The row ends with a memo: for 0 to MEMO_N - 1 tokens, the seconds of the
 # operations that depend on the token count alone (OP_QKV to OP_MOE_ROUTER, then the LM head for
@@ -84,10 +89,14 @@ class _Rates:
 def roofline_params(model: ModelSpec, gpu: GpuSpec, *, tp: int = 1, pp: int = 1,
                     compute_efficiency: float | None = None, memory_efficiency: float | None = None,
                     engine: EngineCost = NO_OVERHEAD, weight_dtype: str | None = None,
-                    kv_dtype: str | None = None, expert_parallel: bool = False) -> np.ndarray:
+                    kv_dtype: str | None = None, expert_parallel: bool = False, dp: int = 1,
+                    imbalance: float = 1.0, two_batch_overlap: bool = False) -> np.ndarray:
     """The parameter row of one replica: per-token coefficients worked out once from the specs,
     the GPU's efficiencies (``compute_efficiency``/``memory_efficiency`` replace the plateau of
-    its GEMM curve and its HBM share) and the engine's overheads."""
+    its GEMM curve and its HBM share) and the engine's overheads. ``dp`` > 1: attention (and the
+    dense layers, the LM head) run as ``dp`` data-parallel ranks of ``tp / dp`` GPUs, the experts
+    over all ``tp`` (sim/pricing/wide_ep.py); ``imbalance``: the busiest expert GPU's load over
+    the mean; ``two_batch_overlap``: the all-to-all hides behind the other half-batch's compute."""
     p = np.zeros(ROW_SIZE)
     kvdtype = kv_dtype or model.dtype
     wdtype = model.dtype_of("attention", weight_dtype)
@@ -101,9 +110,11 @@ def roofline_params(model: ModelSpec, gpu: GpuSpec, *, tp: int = 1, pp: int = 1,
     L, h, m = model.num_layers, model.hidden_size, model
     act_b = 2 * h * abytes / bw  # read + write the hidden state, per token
 
+    tpa = tp / dp  # the GPUs of one attention rank
+
     def linear(count, params, group):
         d = m.dtype_of(group, weight_dtype)
-        return count * 2 * params / tp / rates.flops(d), count * params * DTYPE_BYTES[d] / tp / bw, count * act_b
+        return count * 2 * params / tpa / rates.flops(d), count * params * DTYPE_BYTES[d] / tpa / bw, count * act_b
 
     def add(first, values):
         for i, v in enumerate(values):
@@ -121,9 +132,9 @@ def roofline_params(model: ModelSpec, gpu: GpuSpec, *, tp: int = 1, pp: int = 1,
             add(MLP_F, linear(g.count, lp["mlp"], "mlp"))
         if g.mlp == "moe":
             moe_layers += g.count
-        _attention_coefficients(p, m, g, tp, kvdtype, abytes, attn_flops, bw, engine, attn["decode_row_s"])
+        _attention_coefficients(p, m, g, tpa, kvdtype, abytes, attn_flops, bw, engine, attn["decode_row_s"])
     p[REST] = L * 4 * act_b  # norms, rope, residual adds, KV writes: memory-bound
-    p[LM_F], p[LM_B] = 2 * h * m.vocab_size / tp / head_flops, m.vocab_size * h * abytes / tp / bw
+    p[LM_F], p[LM_B] = 2 * h * m.vocab_size / tpa / head_flops, m.vocab_size * h * abytes / tpa / bw
     p[TP], p[LAYERS], p[HIDDEN], p[ABYTES] = tp, L, h, abytes
     p[LINK] = efficiency.collective_bandwidth(gpu, tp) * BUS_FRACTION
     p[COLL_LATENCY] = efficiency.collective_latency(gpu, tp) * engine.allreduce_latency_scale
@@ -139,7 +150,14 @@ def roofline_params(model: ModelSpec, gpu: GpuSpec, *, tp: int = 1, pp: int = 1,
     p[ALLREDUCES] = (2.0 * L if m.is_plain else
                      float(p[ATTN_LAYERS] + sum(g.count for g in m.groups if g.mlp != "none")))
     p[WINDOW] = m.sliding_window
-    _floor_params(p, m, gpu, tp, weight_dtype, kvdtype)
+    p[DP], p[IMBALANCE], p[TBO] = dp, imbalance, float(two_batch_overlap)
+    if dp > 1 and p[EXPERT_PARALLEL] != 0.0:  # each GPU sends its share of every token's k copies, and back
+        from sim.pricing.wide_ep import all_to_all_seconds_per_byte
+
+        share = m.experts_per_token * h * abytes / tp * (tp - 1) / tp
+        p[A2A_TOKEN_S] = share * all_to_all_seconds_per_byte(gpu, tp) / BUS_FRACTION
+        p[A2A_LATENCY] = p[COLL_LATENCY]
+    _floor_params(p, m, gpu, tp, weight_dtype, kvdtype, dp)
     _memoize(p)
     return p
 
@@ -176,9 +194,10 @@ def _attention_coefficients(p, m: ModelSpec, g, tp, kvdtype, abytes, attn_flops,
     p[KV_TOKEN_GPU] += kv_token_layer * c
 
 
-def _floor_params(p, m: ModelSpec, gpu: GpuSpec, tp: int, weight_dtype, kvdtype) -> None:
+def _floor_params(p, m: ModelSpec, gpu: GpuSpec, tp: int, weight_dtype, kvdtype, dp: int = 1) -> None:
     """The physical floor's coefficients: bytes at the datasheet's HBM bandwidth, FLOPs at the
-    fastest tensor-core rate any of the step's dtypes has (a bound no kernel beats)."""
+    fastest tensor-core rate any of the step's dtypes has (a bound no kernel beats). With ``dp``
+    attention ranks a GPU attends over its rank's share of the context with ``tp / dp`` GPUs."""
     bw = gpu.hbm_bandwidth
     dtypes = {math_dtype(m.dtype_of(g, weight_dtype)) for g in WEIGHT_GROUPS} | {m.dtype, kvdtype}
     peak = max(gpu.peak_flops(d) for d in dtypes)
@@ -193,12 +212,14 @@ def _floor_params(p, m: ModelSpec, gpu: GpuSpec, tp: int, weight_dtype, kvdtype)
     active_linear = gp["attention"] + gp["mlp"] + p[MOE_LAYERS] * m.experts_per_token * p[EXPERT_PARAMS]
     p[FL_TOKEN_F] = 2 * active_linear / tp / peak
     kvb = DTYPE_BYTES[kvdtype]
+    tpa = tp // dp
     for g in m.groups:
         if g.attention in KV_CACHED:
-            per_token = g.count * m.kv_elements_per_layer(g.attention) * kvb / m.kv_shards(g.attention, tp)
+            per_token = g.count * m.kv_elements_per_layer(g.attention) * kvb / m.kv_shards(g.attention, tpa) / dp
             if g.attention == "mla":
-                heads = m.num_heads / tp
-                ctx_f, pair_f = m.mla.decode_flops_per_token(heads), m.mla.prefill_flops_per_pair(heads)
+                heads = m.num_heads / tpa
+                ctx_f = m.mla.decode_flops_per_token(heads) / dp
+                pair_f = m.mla.prefill_flops_per_pair(heads) / dp
             else:
                 ctx_f = pair_f = 4 * m.q_size / tp
             w = g.attention in WINDOWED
@@ -255,16 +276,18 @@ def _token_ops(p, tokens, out):
     mixture of experts' GEMMs and router."""
     w = p[OVERLAP]
     if tokens > 0.0:
-        out[OP_QKV] = _gemm(p[QKV_F] * tokens, p[QKV_B0] + p[QKV_B1] * tokens, w)
-        out[OP_O] = _gemm(p[O_F] * tokens, p[O_B0] + p[O_B1] * tokens, w)
-        out[OP_MLP] = _gemm(p[MLP_F] * tokens, p[MLP_B0] + p[MLP_B1] * tokens, w)
+        t = tokens / p[DP]  # one attention rank's share (all of them with one rank)
+        out[OP_QKV] = _gemm(p[QKV_F] * t, p[QKV_B0] + p[QKV_B1] * t, w)
+        out[OP_O] = _gemm(p[O_F] * t, p[O_B0] + p[O_B1] * t, w)
+        out[OP_MLP] = _gemm(p[MLP_F] * t, p[MLP_B0] + p[MLP_B1] * t, w)
     if p[IS_MOE] != 0.0:
         L, tp = p[MOE_LAYERS], p[TP]
         h, k, e, expert = p[HIDDEN], p[TOPK], p[EXPERTS], p[EXPERT_PARAMS]
         act = tokens * h * p[ABYTES]
+        busiest = p[IMBALANCE]  # the busiest GPU's tokens over the mean GPU's
         touched = e * (1.0 - (1.0 - k / e) ** _max(tokens, 1.0))  # distinct experts read
-        out[OP_MOE_MLP] = L * _gemm(2.0 * tokens * k * expert / tp / p[FLOPS],
-                                    (touched * expert * p[WBYTES] / tp + 2.0 * act * k) / p[BANDWIDTH], w)
+        out[OP_MOE_MLP] = L * _gemm(2.0 * tokens * k * expert / tp / p[FLOPS] * busiest,
+                                    (touched * expert * p[WBYTES] / tp + 2.0 * act * k * busiest) / p[BANDWIDTH], w)
         out[OP_MOE_ROUTER] = L * _max(2.0 * tokens * h * e / p[FLOPS], h * e * p[WBYTES] / p[BANDWIDTH])
 
 
@@ -306,7 +329,7 @@ def _model_ops(p, s, out):
             out[OP_QKV + j] = p[i + j]
     else:
         _token_ops(p, tokens, out)
-    tp = p[TP]
+    tp, dp = p[TP], p[DP]
     prefill = s[PREFILL_TOKENS]
     if prefill > 0.0:  # causal: a row of q new tokens on c cached ones attends q·c + q²/2 pairs
         rows = _max(s[NUM_SEQS] - s[DECODE_SEQS], 1.0)
@@ -328,12 +351,17 @@ def _model_ops(p, s, out):
         out[OP_ATTN_DECODE] += _max(sw_f * ctx, p[SW_DEC_B] * ctx)
     if p[STATE_SEQ_B] != 0.0:  # each decode row reads and writes its state once per layer
         out[OP_ATTN_DECODE] += _max(p[STATE_TOKEN_F] * (s[DECODE_SEQS] + verify), p[STATE_SEQ_B] * s[DECODE_SEQS])
-    out[OP_NORMS] = p[REST] * tokens
+    if dp > 1.0:  # each attention rank: its share of the rows and their context
+        out[OP_ATTN_PREFILL] /= dp
+        out[OP_ATTN_DECODE] /= dp
+    out[OP_NORMS] = p[REST] * tokens / dp
     rows = s[NUM_SAMPLED] + verify
     if rows > 0.0:  # weights read if any row samples
-        i = _memo_row(p, rows)
-        out[OP_LM_HEAD] = p[i + MEMO_WIDTH - 1] if i >= 0 else _lm_head(p, rows)
-    if tp > 1.0:
+        i = _memo_row(p, rows) if dp == 1.0 else -1
+        out[OP_LM_HEAD] = p[i + MEMO_WIDTH - 1] if i >= 0 else _lm_head(p, rows / dp)
+    if dp > 1.0:
+        _wide_ep_ops(p, tokens, out)
+    elif tp > 1.0:
         act = tokens * p[HIDDEN] * p[ABYTES]
         if p[EXPERT_PARALLEL] != 0.0:  # attention all-reduce, then dispatch + combine all-to-all
             out[OP_ALLREDUCE] = p[ATTN_LAYERS] * _collective(p, act, 2.0 * (tp - 1.0) / tp)
@@ -344,6 +372,26 @@ def _model_ops(p, s, out):
         out[OP_SWAP] = s[SWAP_TOKENS] * p[KV_TOKEN_GPU] / p[HOST_BW]
     if tokens > 0.0:  # steps with prefill rows run eagerly (no CUDA graph): each kernel is launched
         out[OP_LAYER_FIXED] = p[LAYER_FIXED] + (p[EAGER_FIXED] if prefill > 0.0 else 0.0)
+
+
+@leaf
+def _wide_ep_ops(p, tokens, out):
+    """DP attention ranks and experts over every GPU: each rank's all-reduce over its own GPUs,
+    each MoE layer's dispatch and combine all-to-all among all of them; with two-batch overlap
+    the all-to-all runs while the other half-batch computes, and only what outlasts that adds."""
+    tpa = p[TP] / p[DP]
+    if tpa > 1.0:
+        act = tokens / p[DP] * p[HIDDEN] * p[ABYTES]
+        out[OP_ALLREDUCE] = p[ATTN_LAYERS] * _collective(p, act, 2.0 * (tpa - 1.0) / tpa)
+    if p[EXPERT_PARALLEL] != 0.0 and tokens > 0.0:
+        a2a = 2.0 * p[MOE_LAYERS] * (tokens * p[A2A_TOKEN_S] + p[A2A_LATENCY])
+        if p[TBO] != 0.0:
+            compute = 0.0
+            for j in range(NUM_OPS):
+                if j != OP_ALL_TO_ALL:
+                    compute += out[j]
+            a2a = _max(a2a - compute, 0.0)
+        out[OP_ALL_TO_ALL] = a2a
 
 
 @leaf
@@ -451,7 +499,8 @@ class RooflineCost:
                  step_overhead_s: float | None = None, weight_dtype: str | None = None,
                  kv_dtype: str | None = None, expert_parallel: bool = False,
                  draft: RooflineCost | None = None, engine: str | EngineCost = DEFAULT_ENGINE,
-                 power_cap_w: float | None = None):
+                 power_cap_w: float | None = None, dp: int = 1, imbalance: float = 1.0,
+                 two_batch_overlap: bool = False):
         self.model, self.gpu, self.tp, self.pp = model, gpu, tp, pp
         self.power_cap_w = power_cap_w  # W per GPU: slows the steps that would draw more (sim/pricing/power.py)
         cost = engine_cost(engine) if isinstance(engine, str) else engine
@@ -461,7 +510,8 @@ class RooflineCost:
         self.params = roofline_params(model, gpu, tp=tp, pp=pp, compute_efficiency=compute_efficiency,
                                       memory_efficiency=memory_efficiency, engine=cost,
                                       weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-                                      expert_parallel=expert_parallel)
+                                      expert_parallel=expert_parallel, dp=dp, imbalance=imbalance,
+                                      two_batch_overlap=two_batch_overlap)
         self.draft = draft
         self.draft_params = draft.params if draft is not None else np.zeros(ROW_SIZE)
         self.overhead = cost.step_overhead_s
@@ -506,4 +556,6 @@ def roofline_for(scenario, replica=None) -> RooflineCost:
                         compute_efficiency=c.compute_efficiency, memory_efficiency=c.memory_efficiency,
                         weight_dtype=q.weights, kv_dtype=q.kv_cache,
                         expert_parallel=hw.expert_parallel, draft=draft, engine=engine_of(scenario),
-                        power_cap_w=hw.power_cap_w)
+                        power_cap_w=hw.power_cap_w, dp=hw.dp_attention,
+                        imbalance=hw.expert_imbalance(scenario.model_spec, scenario.seed),
+                        two_batch_overlap=hw.two_batch_overlap)

@@ -185,16 +185,53 @@ def check_feasible(s: Scenario, source: str) -> None:
             check_slots(s, r, source)
         if reason := r.gpu.tp_refusal(hw.tp):
             raise ScenarioError(source, f"{field}.tp", reason)
-        if spec.num_heads % hw.tp or (spec.num_kv_heads % hw.tp and hw.tp % spec.num_kv_heads):
+        tpa = hw.tp // hw.dp_attention if hw.tp % hw.dp_attention == 0 else hw.tp  # an attention rank's GPUs
+        if spec.num_heads % tpa or (spec.num_kv_heads % tpa and tpa % spec.num_kv_heads):
             raise ScenarioError(source, f"{field}.tp",
                                 f"must divide the model's {spec.num_heads} attention heads "
-                                f"({spec.num_kv_heads} KV heads)")
+                                f"({spec.num_kv_heads} KV heads)"
+                                + (f" (tp / dp_attention = {tpa} GPUs per attention rank)" if tpa != hw.tp else ""))
         if spec.num_layers < hw.pp:
             raise ScenarioError(source, f"{field}.pp", f"exceeds the model's {spec.num_layers} layers")
-        if hw.expert_parallel and spec.num_experts % hw.tp:
+        check_wide_ep(s, r, source, field)
+        if hw.expert_parallel and spec.num_experts % hw.tp and not (
+                hw.expert_load is not None and hw.expert_load.eplb):
             raise ScenarioError(source, f"{field}.expert_parallel",
                                 f"needs tp to divide the model's {spec.num_experts} experts "
                                 f"({'a dense model' if not spec.is_moe else ''})".replace(" ()", ""))
+
+
+def check_wide_ep(s: Scenario, r: ReplicaSpec, source: str, field: str) -> None:
+    """What wide EP (data-parallel attention, experts over every GPU) needs: an MoE model with
+    its experts split (expert_parallel), ranks that divide the GPUs, whole experts per GPU (with
+    EPLB's copies), and no layers it does not model."""
+    hw, spec = r.hardware, s.model_spec
+    wide = hw.dp_attention > 1 or hw.expert_load is not None or hw.two_batch_overlap
+    if not wide:
+        return
+    name = ("dp_attention" if hw.dp_attention > 1 else "expert_load" if hw.expert_load is not None
+            else "two_batch_overlap")
+    if not spec.is_moe or not hw.expert_parallel:
+        raise ScenarioError(source, f"{field}.{name}", f"wide expert parallelism needs an MoE model with "
+                            f"hardware.expert_parallel: true ({spec.name}{'' if spec.is_moe else ' is dense'})")
+    if hw.tp % hw.dp_attention:
+        raise ScenarioError(source, f"{field}.dp_attention", f"must divide tp ({hw.tp}): each rank runs on "
+                            "tp / dp_attention GPUs")
+    if hw.two_batch_overlap and hw.dp_attention == 1:
+        raise ScenarioError(source, f"{field}.two_batch_overlap", "overlaps the all-to-all of wide EP: "
+                            "set dp_attention > 1")
+    if hw.dp_attention > 1 and (hw.pp > 1 or spec.sliding_window or spec.chunked or spec.state_bytes_per_request()):
+        raise ScenarioError(source, f"{field}.dp_attention", "not modelled with pipeline parallelism or "
+                            f"sliding-window / linear-attention layers ({spec.name}, pp {hw.pp})")
+    x = hw.expert_load
+    if x is not None:
+        if x.counts is not None and len(x.counts) != spec.num_experts:
+            raise ScenarioError(source, f"{field}.expert_load.counts", f"expected one count per expert: "
+                                f"{spec.name} has {spec.num_experts}, got {len(x.counts)}")
+        if (spec.num_experts + x.redundant_experts) % hw.tp:
+            raise ScenarioError(source, f"{field}.expert_load.redundant_experts",
+                                f"{spec.num_experts} experts + {x.redundant_experts} copies must fill the {hw.tp} "
+                                "GPUs' slots evenly")
 
 
 def check_slots(s, r, source: str) -> None:

@@ -57,7 +57,7 @@ def memory_budget(model: ModelSpec, gpu: GpuSpec, *, tp: int = 1, pp: int = 1,
                   kv_dtype: str | None = None, expert_parallel: bool = False,
                   fixed_blocks: int | None = None, share_of: str = "total",
                   draft_weight_bytes: float = 0.0, prefix_caching: bool = False,
-                  state_memory: str = "pool") -> MemoryBudget:
+                  state_memory: str = "pool", dp: int = 1, redundant_experts: int = 0) -> MemoryBudget:
     """KV memory per GPU = memory × utilisation − weights − activation reserve, or, where the
     engine's utilisation is a share of the free memory (``share_of="free"``: TensorRT-LLM's
     kv_cache_free_gpu_mem_fraction, TurboMind's cache_max_entry_count), (memory − weights −
@@ -76,8 +76,18 @@ def memory_budget(model: ModelSpec, gpu: GpuSpec, *, tp: int = 1, pp: int = 1,
     caching too: a cached block's windowed share is freed once every request using it has left
     it behind (what remains approximate is said in ``notes``).
     (Either way an MoE layer's weights divide evenly, so the per-GPU share is the same.)
+    With ``dp`` data-parallel attention ranks (wide EP) every rank of ``tp / dp`` GPUs holds the
+    weights but the experts, and the KV cache of its own requests only: a token's KV lives on one
+    rank; EPLB's ``redundant_experts`` add their copies' weights, spread over the ``tp`` GPUs.
     """
     weights = (model.weight_bytes(weight_dtype) + draft_weight_bytes) / (tp * pp)
+    if dp > 1 or redundant_experts:
+        experts = model.group_params()["experts"] * DTYPE_BYTES[model.dtype_of("experts", weight_dtype)]
+        rest = model.weight_bytes(weight_dtype) - experts + draft_weight_bytes
+        copies = experts / max(model.num_experts, 1) * redundant_experts
+        weights = (rest / (tp // dp) + (experts + copies) / tp) / pp
+    per_token = (model.kv_bytes_per_token_gpu(kv_dtype, tp // dp, pp) / dp if dp > 1
+                 else model.kv_bytes_per_token_gpu(kv_dtype, tp, pp))
     act = (activation_reserve_bytes(model, max_batched_tokens, max_num_seqs, tp)
            if activation_bytes is None else activation_bytes)
     pooled = state_share(model, block_size, kv_dtype, tp, pp) if state_memory == "pool" else {}
@@ -92,7 +102,7 @@ def memory_budget(model: ModelSpec, gpu: GpuSpec, *, tp: int = 1, pp: int = 1,
         weight_bytes=weights,
         activation_bytes=act,
         kv_bytes=usable - weights - act - state,
-        kv_bytes_per_token=model.kv_bytes_per_token_gpu(kv_dtype, tp, pp),
+        kv_bytes_per_token=per_token,
         block_size=block_size,
         fixed_blocks=fixed_blocks,
         state_bytes=state,

@@ -99,11 +99,37 @@ def _catalog_name(lookup, name: str) -> str:
         raise ValueError(e.args[0]) from None
 
 
+class ExpertLoad(Strict):
+    """How an MoE model's tokens spread over its experts, and how the experts are placed over the
+    expert-parallel GPUs (sim/pricing/wide_ep.py): the busiest GPU sets each MoE layer's time."""
+
+    distribution: Literal["uniform", "zipf"] = "uniform"
+    skew: Annotated[float, Field(ge=0, le=10)] = 1.0  # zipf: the exponent over the experts' ranks
+    counts: Annotated[list[Annotated[float, Field(ge=0)]], Field(min_length=1)] | None = None  # measured, per expert
+    eplb: bool = False  # place experts (and their copies) to balance the GPUs, as EPLB does
+    redundant_experts: NonNegativeInt = 0  # EPLB's extra copies of the hottest experts (each takes a slot)
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if self.redundant_experts and not self.eplb:
+            raise ValueError("redundant_experts are EPLB's: set eplb: true")
+        if self.counts is not None and sum(self.counts) <= 0:
+            raise ValueError("counts: expected some tokens routed")
+        return self
+
+
 class Hardware(Strict):
     gpu: GpuField = "H100-SXM"  # a catalog name, or a definition (sim/scenario/gpu_input.py)
     tp: PositiveInt = 1
     pp: PositiveInt = 1
     expert_parallel: bool = False  # MoE: split experts over the TP GPUs instead of their columns
+    # Wide EP (sim/pricing/wide_ep.py): attention as dp_attention data-parallel ranks of tp / dp_attention
+    # GPUs, each with its own requests' KV cache (SGLang's --enable-dp-attention, TensorRT-LLM's
+    # attention DP); experts over all tp GPUs (expert_parallel), tokens dispatched and combined by
+    # all-to-all; two_batch_overlap: one half-batch's all-to-all runs while the other computes.
+    dp_attention: PositiveInt = 1
+    expert_load: ExpertLoad | None = None  # default: uniform over the experts, placed in order
+    two_batch_overlap: bool = False
     memory_utilization: Fraction = 0.9
     activation_reserve_gb: Gigabytes | None = None  # None: estimated from the model
     host_memory_gb: Gigabytes = 64.0  # swap space per replica for preemption by swap
@@ -139,6 +165,21 @@ class Hardware(Strict):
             if why:
                 raise ValueError(f"power_cap_w: {why}")
         return self
+
+    def expert_imbalance(self, model: ModelSpec, seed: int = 0) -> float:
+        """The busiest expert-parallel GPU's tokens over the mean GPU's (1: a dense model, or
+        experts split by columns)."""
+        if not (model.is_moe and self.expert_parallel and self.tp > 1):
+            return 1.0
+        from sim.pricing.wide_ep import expert_imbalance, expert_shares
+
+        x = self.expert_load or ExpertLoad()
+        shares = expert_shares(model.num_experts, x.distribution, x.skew, x.counts, seed)
+        return expert_imbalance(shares, self.tp, x.redundant_experts, x.eplb)
+
+    @property
+    def redundant_experts(self) -> int:
+        return self.expert_load.redundant_experts if self.expert_load is not None else 0
 
     @property
     def gpu_spec(self) -> GpuSpec:
@@ -741,6 +782,10 @@ class Scenario(Strict):
                          "(servesim calibrate --endpoint) for its own costs")
         for r in self.replica_specs:
             notes += [n for n in r.memory.notes if n not in notes]
+        if any(r.hardware.dp_attention > 1 for r in self.replica_specs):
+            notes.append("dp_attention: a step's rows are taken as spread evenly over the attention ranks (the "
+                         "engines balance them; a rank's own queue and KV limit are not modelled apart), and "
+                         "expert routing as steady shares (no small-batch noise)")
         return notes
 
     @cached_property
@@ -756,7 +801,8 @@ class Scenario(Strict):
             utilization=hw.memory_utilization, block_size=sch.block_size,
             max_batched_tokens=step_tokens, max_num_seqs=sch.max_num_seqs,
             activation_bytes=act, weight_dtype=self.quantization.weights,
-            kv_dtype=self.quantization.kv_cache, expert_parallel=hw.expert_parallel,
+            kv_dtype=self.quantization.kv_cache, expert_parallel=hw.expert_parallel, dp=hw.dp_attention,
+            redundant_experts=hw.redundant_experts,
             fixed_blocks=slots or hw.kv_blocks, share_of=self.engine.memory_share_of,
             draft_weight_bytes=self._draft_head_bytes(sch), prefix_caching=sch.prefix_caching,
             state_memory=self.engine.state_memory_in,

@@ -159,6 +159,10 @@ FEATURES = {
                  "workload__arrival": {"process": "poisson", "rate": 8}},
     "moe-expert-parallel": {"model": "mixtral-8x7b", "hardware": {"gpu": "H100-SXM", "tp": 2,
                                                                    "expert_parallel": True}},
+    # wide EP: 8 attention ranks, experts over 8 GPUs placed by EPLB under skewed routing, two-batch overlap
+    "moe-wide-ep": {"model": "qwen3-30b-a3b", "hardware": {
+        "gpu": "H100-SXM", "tp": 8, "expert_parallel": True, "dp_attention": 8, "two_batch_overlap": True,
+        "expert_load": {"distribution": "zipf", "skew": 1.0, "eplb": True, "redundant_experts": 8}}, **BURSTY},
     "disaggregated": {"disaggregation": {"prefill": {"count": 2}, "decode": {
         "count": 1, "hardware": {"memory_utilization": 0.235}}, "link": {"layerwise_overlap": True}}, **PRESSURE},
     # The hand-off sends a windowed model's last window, not every token (gpt-oss: W = 128); the
