@@ -26,13 +26,13 @@ CATALOG_MODELS = {  # servesim catalog name -> size class used in the coverage m
     "qwen2.5-7b": "dense-7-8B", "llama-2-70b": "dense-70B", "llama-3-70b": "dense-70B",
     "mixtral-8x7b": "moe", "mixtral-8x22b": "moe", "llama-4-scout": "moe", "llama-4-maverick": "moe",
     "qwen3-30b-a3b": "moe", "qwen3-235b-a22b": "moe", "qwen3-235b-a22b-fp8": "moe", "deepseek-v3": "mla-moe",
-    "deepseek-r1": "mla-moe", "gpt-oss-120b": "moe", "gpt-oss-20b": "moe",
+    "deepseek-r1": "mla-moe", "gpt-oss-120b": "moe", "gpt-oss-20b": "moe", "qwen3-8b": "dense-7-8B",
 }
 CATALOG_GPUS = {"A100-40GB", "A100-80GB", "H100-SXM", "H200", "L40S", "B200"}
 ENGINES = {"tensorrt-llm", "vllm", "sglang", "nim", "tgi", "lmdeploy", "deepspeed-mii", "other"}
 DTYPES = {"bf16", "fp16", "fp8", "int8", "int4", "fp4"}
 WEIGHT_DTYPES = DTYPES | {"checkpoint"}  # checkpoint: the model's own per-group dtypes (quantization_config)
-KINDS = {"static", "concurrency", "rate", "single"}
+KINDS = {"static", "concurrency", "rate", "single", "trace"}  # trace: replay a published trace
 FAMILY = {
     "ttft_mean_s": "ttft", "ttft_median_s": "ttft", "ttft_p99_s": "ttft",
     "first_token_latency_s": "ttft",
@@ -41,7 +41,16 @@ FAMILY = {
     "e2e_mean_s": "e2e", "e2e_median_s": "e2e",
     "output_throughput": "throughput", "output_throughput_per_gpu": "throughput",
     "total_throughput": "throughput", "request_throughput": "throughput",
+    # Added for issue 30 (wide EP, KV tiers); every case using one must name what it `needs`.
+    "input_throughput_per_node": "throughput", "output_throughput_per_node": "throughput",
+    "cache_hit_rate": "kv-hit",
 }
+NEW_METRICS = {"input_throughput_per_node", "output_throughput_per_node", "cache_hit_rate"}
+# What a case needs that benchmarks/published.py cannot simulate yet (it skips such cases).
+NEEDS = {"wide-ep", "dp-attention", "pd-disagg", "mtp", "kv-tiers", "multi-turn", "trace-replay"}
+CASE_OPTIONAL = {"needs", "ep", "dp_attention", "disagg", "mtp", "kv_tiers"}
+DISAGG_KEYS = {"prefill_gpus", "decode_gpus", "measured"}
+KV_TIER_NAMES = {"gpu", "cpu", "remote", "ssd"}
 SOURCE_REQUIRED = ["id", "title", "publisher", "url", "repository", "path", "commit", "engine",
                    "engine_version", "date", "method"]
 SOURCE_OPTIONAL = {"ref", "date_note"}
@@ -49,6 +58,8 @@ CASE_REQUIRED = ["id", "table", "model", "gpu", "num_gpus", "tp", "pp", "weights
                  "workload", "metric", "value", "published", "assumptions", "split"]
 WORKLOAD_KEYS = ["kind", "batch_size", "concurrency", "rate", "input_len", "output_len",
                  "dataset", "num_prompts"]
+# Optional workload keys (issue 30): multi-turn runs and per-GPU batch of a saturated phase.
+WORKLOAD_OPTIONAL = {"clients", "rounds", "round", "batch_per_gpu", "tokens_per_gpu"}
 KEBAB = re.compile(r"^[a-z0-9]+(?:[.-][a-z0-9]+)*$")
 DATE = re.compile(r"^\d{4}(-\d{2}(-\d{2})?)?$")
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
@@ -128,8 +139,9 @@ def check(problems: list[str]) -> tuple[list[dict], list[dict]]:
             for key in CASE_REQUIRED:
                 if key not in c:
                     problems.append(f"{w}: lacks '{key}'")
-            for key in set(c) - set(CASE_REQUIRED):
+            for key in set(c) - set(CASE_REQUIRED) - CASE_OPTIONAL:
                 problems.append(f"{w}: unknown case field '{key}'")
+            check_optional(c, w, problems)
             if not isinstance(cid, str) or not KEBAB.match(cid):
                 problems.append(f"{w}: case id is not kebab-case")
             if cid in seen_cases:
@@ -164,8 +176,9 @@ def check(problems: list[str]) -> tuple[list[dict], list[dict]]:
             if c.get("split") not in ("fit", "holdout"):
                 problems.append(f"{w}: split must be fit or holdout")
             wl = c.get("workload")
-            if not isinstance(wl, dict) or set(wl) != set(WORKLOAD_KEYS):
-                problems.append(f"{w}: workload must have exactly {WORKLOAD_KEYS}")
+            if not (isinstance(wl, dict) and set(WORKLOAD_KEYS) <= set(wl) <= set(WORKLOAD_KEYS) | WORKLOAD_OPTIONAL):
+                problems.append(f"{w}: workload must have exactly {WORKLOAD_KEYS} (plus optional "
+                                f"{sorted(WORKLOAD_OPTIONAL)})")
             else:
                 check_workload(wl, w, problems)
             c["_source"] = sid
@@ -187,6 +200,38 @@ def check(problems: list[str]) -> tuple[list[dict], list[dict]]:
     return sources, cases
 
 
+def check_optional(c: dict, w: str, problems: list[str]) -> None:
+    """The optional case fields added for issue 30 (see README, "Wide EP, disaggregation and KV tiers")."""
+    needs = c.get("needs")
+    if needs is not None and not (isinstance(needs, list) and needs and set(needs) <= NEEDS):
+        problems.append(f"{w}: needs must be a non-empty list from {sorted(NEEDS)}")
+    if c.get("metric") in NEW_METRICS and not needs:
+        problems.append(f"{w}: metric {c['metric']} is not simulated yet: the case must list its 'needs'")
+    for key in ("ep", "dp_attention", "mtp"):
+        v = c.get(key)
+        if v is not None and not (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
+            problems.append(f"{w}: {key} must be a non-negative integer")
+    d = c.get("disagg")
+    if d is not None:
+        if not (isinstance(d, dict) and set(d) == DISAGG_KEYS):
+            problems.append(f"{w}: disagg must have exactly {sorted(DISAGG_KEYS)}")
+        elif d["measured"] not in ("prefill", "decode", "both"):
+            problems.append(f"{w}: disagg.measured must be prefill, decode or both")
+        elif "pd-disagg" not in (needs or []):
+            problems.append(f"{w}: a disagg case needs [pd-disagg]")
+    tiers = c.get("kv_tiers")
+    if tiers is not None:
+        ok = isinstance(tiers, list) and tiers and all(
+            isinstance(t, dict) and t.get("tier") in KV_TIER_NAMES and set(t) <= {"tier", "size_gb", "note"}
+            for t in tiers)
+        if not ok:
+            problems.append(f"{w}: kv_tiers must be a list of {{tier: {sorted(KV_TIER_NAMES)}, size_gb, note}}")
+        elif "kv-tiers" not in (needs or []):
+            problems.append(f"{w}: a kv_tiers case needs [kv-tiers]")
+    if c.get("metric") == "cache_hit_rate" and isinstance(c.get("value"), (int, float)) and c["value"] > 1:
+        problems.append(f"{w}: cache_hit_rate is a fraction (0, 1]")
+
+
 def check_workload(wl: dict, w: str, problems: list[str]) -> None:
     kind = wl["kind"]
     if kind not in KINDS:
@@ -196,7 +241,8 @@ def check_workload(wl: dict, w: str, problems: list[str]) -> None:
     def pos_int(key):
         return isinstance(wl[key], int) and not isinstance(wl[key], bool) and wl[key] >= 1
 
-    for key in ("batch_size", "concurrency", "input_len", "output_len", "num_prompts"):
+    for key in ("batch_size", "concurrency", "input_len", "output_len", "num_prompts",
+                *sorted(WORKLOAD_OPTIONAL & set(wl))):
         if wl[key] is not None and not pos_int(key):
             problems.append(f"{w}: workload {key} must be a positive integer or null")
     if kind == "static" and not pos_int("batch_size"):
@@ -211,6 +257,8 @@ def check_workload(wl: dict, w: str, problems: list[str]) -> None:
             problems.append(f"{w}: rate workload needs rate > 0 (.inf = all requests at once)")
     elif wl["rate"] is not None:
         problems.append(f"{w}: rate must be null unless kind is rate")
+    if kind == "trace" and not wl["dataset"]:
+        problems.append(f"{w}: trace workload needs the trace's name in dataset")
     if wl["dataset"] is None and (wl["input_len"] is None or wl["output_len"] is None):
         problems.append(f"{w}: without a dataset, input_len and output_len are required")
     if wl["dataset"] is not None and not isinstance(wl["dataset"], str):
@@ -276,13 +324,18 @@ def report(sources: list[dict], cases: list[dict], markdown: bool, problems: lis
         n_fit = sum(c["split"] == "fit" for c in cs)
         print(f"  {s['id']:<44} {s['engine']:<13} {str(s['engine_version'])[:28]:<28} "
               f"{s['date']:<8} {len(cs):>3}  ({n_fit}/{len(cs) - n_fit})")
-    fams = ["ttft", "itl-tpot", "e2e", "throughput"]
+    fams = ["ttft", "itl-tpot", "e2e", "throughput", "kv-hit"]
     print()
     print("Metric family x split:")
     for f in fams:
         cs = [c for c in cases if FAMILY[c["metric"]] == f]
         print(f"  {f:<11} {len(cs):>3}  fit {sum(c['split'] == 'fit' for c in cs):>3}  "
               f"holdout {sum(c['split'] == 'holdout' for c in cs):>3}")
+
+    skipped = Counter(n for c in cases for n in c.get("needs") or [])
+    print()
+    print(f"Cases that need what servesim's harness does not simulate yet: "
+          f"{sum(bool(c.get('needs')) for c in cases)} ({', '.join(f'{k} {v}' for k, v in sorted(skipped.items()))})")
 
     def table(title, key):
         cols = sorted({key(c) for c in cases}, key=str)
