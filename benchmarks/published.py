@@ -106,6 +106,9 @@ class Case:
     workload: dict
     table: str = ""
     published: str = ""
+    ep: int | None = None  # wide EP: the experts' GPUs (the replica) and its attention ranks
+    dp_attention: int | None = None
+    limits: dict = field(default_factory=dict)  # the engine's limits the source states
     predicted: float = math.nan
     wall_s: float = 0.0
     notes: list[str] = field(default_factory=list)
@@ -115,17 +118,23 @@ class Case:
         return FAMILY[self.metric.split("_")[0]]
 
     @property
+    def replica_gpus(self) -> int:
+        """GPUs per replica: its TP group, or with attention DP its expert-parallel group."""
+        return (self.ep if self.dp_attention else self.tp) * self.pp
+
+    @property
     def replicas(self) -> int:
-        return self.num_gpus // (self.tp * self.pp)
+        return self.num_gpus // self.replica_gpus
 
     @property
     def error(self) -> float:
         return self.predicted / self.value - 1.0
 
 
-# What a case may `need` (README, "Wide EP, disaggregation and KV tiers") that this harness can set up.
-# None yet: cases needing anything else are skipped by load_cases and counted in SKIPPED.
-SUPPORTED_NEEDS: frozenset[str] = frozenset()
+# What a case may `need` (README, "Wide EP, disaggregation and KV tiers") that this harness can set up:
+# dp-attention (hardware.dp_attention over the expert-parallel group, the source's per-rank limits).
+# Cases needing anything else are skipped by load_cases and counted in SKIPPED.
+SUPPORTED_NEEDS: frozenset[str] = frozenset({"dp-attention"})
 SKIPPED: dict[str, int] = {}  # unmet needs ("+"-joined) -> cases the last load_cases call skipped
 
 
@@ -147,7 +156,8 @@ def load_cases(sources: list[str] | None = None) -> list[Case]:
                               metric=c["metric"], value=float(c["value"]), model=c["model"], gpu=c["gpu"],
                               num_gpus=c["num_gpus"], tp=c["tp"], pp=c["pp"],
                               weights=_dtype(c["weights"]), kv_cache=_dtype(c["kv_cache"]),
-                              workload=c["workload"], table=c.get("table", ""), published=c.get("published", "")))
+                              workload=c["workload"], table=c.get("table", ""), published=c.get("published", ""),
+                              ep=c.get("ep"), dp_attention=c.get("dp_attention"), limits=c.get("limits") or {}))
     return cases
 
 
@@ -214,6 +224,17 @@ def scenario_dict(case: Case) -> dict:
         "workload": wl,
         "scheduler": scheduler,
     }
+    if case.dp_attention:  # one replica: attention ranks over the expert-parallel group
+        d, lim = case.dp_attention, case.limits
+        data["hardware"].update(tp=case.ep, expert_parallel=True, dp_attention=d)
+        if "max_batch_size_per_rank" in lim:
+            data["scheduler"]["max_num_seqs"] = lim["max_batch_size_per_rank"] * d
+        if "max_num_tokens_per_rank" in lim:
+            budget = lim["max_num_tokens_per_rank"] * d
+            data["scheduler"].update(chunk_size=max(budget, data["scheduler"].get("max_num_seqs", 0)),
+                                     max_batched_tokens=budget)
+        if "kv_cache_free_gpu_mem_fraction" in lim:
+            data["hardware"]["memory_utilization"] = lim["kv_cache_free_gpu_mem_fraction"]
     if case.source.startswith("mlperf"):
         mode = "offline" if kind == "rate" and math.isinf(float(w["rate"])) else "server"
         data["scheduler"]["max_num_seqs"] = MLPERF_BATCH[(case.gpu, mode)]

@@ -193,8 +193,10 @@ def fit(ttft: list[TtftPoint], gaps: list[GapPoint], budget: int, floor: bool = 
 def infer_budget(chunks: list[tuple[int, int | None]], decoding: int = 1) -> tuple[int | None, str]:
     """The token budget per step from (prompt tokens, prefill steps) seen while ``decoding``
     requests decode (they take their tokens of the budget first): P tokens in k steps means
-    k = ⌈P / (B − decoding)⌉. The budget that explains the most observations (a slow spell
-    can add a step to one), a power of two among those when there is one, else the smallest."""
+    k = ⌈P / (B − decoding)⌉. A slow spell can make a gap look like one more step, never fewer:
+    budgets that predict more steps than any observation showed are ruled out (unless none is
+    left), then the budget that explains the most observations, a power of two among those when
+    there is one, else the smallest."""
     seen = [(p, k) for p, k in chunks if k is not None and k >= 1]
     if not seen:
         return None, "no prefill steps could be told apart"
@@ -203,6 +205,9 @@ def infer_budget(chunks: list[tuple[int, int | None]], decoding: int = 1) -> tup
     top = max(p for p, _ in seen) + decoding
     cand = np.arange(decoding + 1, top + 1)
     agree = sum((np.ceil(p / (cand - decoding)) == k).astype(int) for p, k in seen)
+    fewer = np.logical_and.reduce([np.ceil(p / (cand - decoding)) <= k for p, k in seen])
+    if fewer.any():
+        cand, agree = cand[fewer], agree[fewer]
     best = cand[agree == agree.max()]
     powers = [int(b) for b in best if b & (b - 1) == 0]
     b = powers[0] if powers else int(best[0])

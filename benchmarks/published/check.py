@@ -48,7 +48,9 @@ FAMILY = {
 NEW_METRICS = {"input_throughput_per_node", "output_throughput_per_node", "cache_hit_rate"}
 # What a case needs that benchmarks/published.py cannot simulate yet (it skips such cases).
 NEEDS = {"wide-ep", "dp-attention", "pd-disagg", "mtp", "kv-tiers", "multi-turn", "trace-replay"}
-CASE_OPTIONAL = {"needs", "ep", "dp_attention", "disagg", "mtp", "kv_tiers"}
+CASE_OPTIONAL = {"needs", "ep", "dp_attention", "disagg", "mtp", "kv_tiers", "limits"}
+# The engine's limits a source states per case (copied from its command line), for the harness.
+LIMITS = {"max_batch_size_per_rank", "max_num_tokens_per_rank", "kv_cache_free_gpu_mem_fraction"}
 DISAGG_KEYS = {"prefill_gpus", "decode_gpus", "measured"}
 KV_TIER_NAMES = {"gpu", "cpu", "remote", "ssd"}
 SOURCE_REQUIRED = ["id", "title", "publisher", "url", "repository", "path", "commit", "engine",
@@ -202,6 +204,10 @@ def check(problems: list[str]) -> tuple[list[dict], list[dict]]:
 
 def check_optional(c: dict, w: str, problems: list[str]) -> None:
     """The optional case fields added for issue 30 (see README, "Wide EP, disaggregation and KV tiers")."""
+    limits = c.get("limits")
+    if limits is not None and not (isinstance(limits, dict) and limits and set(limits) <= LIMITS
+                                   and all(isinstance(v, (int, float)) and v > 0 for v in limits.values())):
+        problems.append(f"{w}: limits must map some of {sorted(LIMITS)} to positive numbers")
     needs = c.get("needs")
     if needs is not None and not (isinstance(needs, list) and needs and set(needs) <= NEEDS):
         problems.append(f"{w}: needs must be a non-empty list from {sorted(NEEDS)}")
