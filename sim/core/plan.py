@@ -33,6 +33,7 @@ class StepShape:
     num_sampled: np.ndarray | float
     verify_tokens: np.ndarray | float = 0.0  # speculative decoding: draft tokens verified
     swap_tokens: np.ndarray | float = 0.0  # KV (in tokens) moved to or from host memory
+    max_prefill_row: np.ndarray | float = 0.0  # the largest prefill row's new tokens (one rank computes it whole)
 
     def vectors(self) -> np.ndarray:
         """The shapes as rows of a [steps, SHAPE_SIZE] array."""
@@ -51,7 +52,7 @@ Shape = IntEnum("Shape", [name.upper() for name in SHAPE_FIELDS], start=0, modul
 SHAPE_SIZE = len(Shape)
 # Each field's index by its name, for pricing (tests/sim/pricing/test_pricing_structure.py checks each is its member).
 (NUM_TOKENS, NUM_SEQS, PREFILL_TOKENS, PREFILL_ATTN, DECODE_SEQS, DECODE_CONTEXT, NUM_SAMPLED, VERIFY_TOKENS,
- SWAP_TOKENS) = Shape
+ SWAP_TOKENS, MAX_PREFILL_ROW) = Shape
 
 
 @leaf
@@ -69,6 +70,7 @@ def shape_into(out, new, comp, samp, n, spec_k, swapped_blocks, block_size):
     decode_context = 0
     qctx = 0
     sampled = 0
+    biggest = 0
     for i in range(n):
         q = new[i]
         ctx = comp[i] + q
@@ -77,15 +79,19 @@ def shape_into(out, new, comp, samp, n, spec_k, swapped_blocks, block_size):
         if is_decode(q, comp[i]):
             decodes += 1
             decode_context += ctx
+        elif q > biggest:
+            biggest = q
         if samp[i]:
             sampled += 1
     write_shape(out, tokens, n, tokens - decodes, qctx - decode_context, decodes, decode_context, sampled,
-                spec_k * decodes, swapped_blocks * block_size)
+                spec_k * decodes, swapped_blocks * block_size, biggest)
 
 
 @leaf
-def write_shape(out, tokens, seqs, prefill_tokens, prefill_attn, decodes, decode_context, sampled, verify, swap):
-    """Every field of a step's shape (``tokens``: new tokens before the ``verify`` drafts)."""
+def write_shape(out, tokens, seqs, prefill_tokens, prefill_attn, decodes, decode_context, sampled, verify, swap,
+                biggest):
+    """Every field of a step's shape (``tokens``: new tokens before the ``verify`` drafts;
+    ``biggest``: the largest prefill row's)."""
     out[NUM_TOKENS] = float(tokens + verify)
     out[NUM_SEQS] = float(seqs)
     out[PREFILL_TOKENS] = float(prefill_tokens)
@@ -95,12 +101,13 @@ def write_shape(out, tokens, seqs, prefill_tokens, prefill_attn, decodes, decode
     out[NUM_SAMPLED] = float(sampled)
     out[VERIFY_TOKENS] = float(verify)
     out[SWAP_TOKENS] = float(swap)
+    out[MAX_PREFILL_ROW] = float(biggest)
 
 
 @leaf
 def decode_shape(out, seqs, context):
     """The shape of a step of ``seqs`` plain decodes over ``context`` cached tokens in all."""
-    write_shape(out, seqs, seqs, 0, 0, seqs, context, seqs, 0, 0)
+    write_shape(out, seqs, seqs, 0, 0, seqs, context, seqs, 0, 0, 0)
 
 
 @entry

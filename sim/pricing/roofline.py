@@ -17,6 +17,7 @@ from sim.core.jit import entry, jit, leaf
 from sim.core.plan import (
     DECODE_CONTEXT,
     DECODE_SEQS,
+    MAX_PREFILL_ROW,
     NUM_SAMPLED,
     NUM_SEQS,
     NUM_TOKENS,
@@ -276,10 +277,7 @@ def _token_ops(p, tokens, out):
     mixture of experts' GEMMs and router."""
     w = p[OVERLAP]
     if tokens > 0.0:
-        t = tokens / p[DP]  # one attention rank's share (all of them with one rank)
-        out[OP_QKV] = _gemm(p[QKV_F] * t, p[QKV_B0] + p[QKV_B1] * t, w)
-        out[OP_O] = _gemm(p[O_F] * t, p[O_B0] + p[O_B1] * t, w)
-        out[OP_MLP] = _gemm(p[MLP_F] * t, p[MLP_B0] + p[MLP_B1] * t, w)
+        _dense_ops(p, tokens / p[DP], out)  # one attention rank's share (all of them with one rank)
     if p[IS_MOE] != 0.0:
         L, tp = p[MOE_LAYERS], p[TP]
         h, k, e, expert = p[HIDDEN], p[TOPK], p[EXPERTS], p[EXPERT_PARAMS]
@@ -289,6 +287,15 @@ def _token_ops(p, tokens, out):
         out[OP_MOE_MLP] = L * _gemm(2.0 * tokens * k * expert / tp / p[FLOPS] * busiest,
                                     (touched * expert * p[WBYTES] / tp + 2.0 * act * k * busiest) / p[BANDWIDTH], w)
         out[OP_MOE_ROUTER] = L * _max(2.0 * tokens * h * e / p[FLOPS], h * e * p[WBYTES] / p[BANDWIDTH])
+
+
+@leaf
+def _dense_ops(p, t, out):
+    """The QKV, O and dense MLP GEMMs of ``t`` tokens on one attention rank."""
+    w = p[OVERLAP]
+    out[OP_QKV] = _gemm(p[QKV_F] * t, p[QKV_B0] + p[QKV_B1] * t, w)
+    out[OP_O] = _gemm(p[O_F] * t, p[O_B0] + p[O_B1] * t, w)
+    out[OP_MLP] = _gemm(p[MLP_F] * t, p[MLP_B0] + p[MLP_B1] * t, w)
 
 
 @leaf
@@ -351,10 +358,17 @@ def _model_ops(p, s, out):
         out[OP_ATTN_DECODE] += _max(sw_f * ctx, p[SW_DEC_B] * ctx)
     if p[STATE_SEQ_B] != 0.0:  # each decode row reads and writes its state once per layer
         out[OP_ATTN_DECODE] += _max(p[STATE_TOKEN_F] * (s[DECODE_SEQS] + verify), p[STATE_SEQ_B] * s[DECODE_SEQS])
-    if dp > 1.0:  # each attention rank: its share of the rows and their context
-        out[OP_ATTN_PREFILL] /= dp
+    rank_tokens = tokens / dp
+    if dp > 1.0:  # the slowest attention rank: an even share of the decodes, and of the prefill
+        # tokens, but at least the largest prefill row whole (a row is never split over ranks)
+        big = s[MAX_PREFILL_ROW]
+        share = _max(1.0 / dp, big / prefill) if prefill > 0.0 else 1.0 / dp
+        out[OP_ATTN_PREFILL] *= share
         out[OP_ATTN_DECODE] /= dp
-    out[OP_NORMS] = p[REST] * tokens / dp
+        rank_tokens = _max(rank_tokens, share * prefill + (tokens - prefill) / dp)
+        if rank_tokens > tokens / dp:
+            _dense_ops(p, rank_tokens, out)
+    out[OP_NORMS] = p[REST] * rank_tokens
     rows = s[NUM_SAMPLED] + verify
     if rows > 0.0:  # weights read if any row samples
         i = _memo_row(p, rows) if dp == 1.0 else -1

@@ -157,3 +157,17 @@ def test_the_deepseek_wide_ep_scenario_runs_in_both_loops_with_identical_results
     pd.testing.assert_frame_equal(simpy.steps, compiled.steps, check_exact=True)
     assert simpy.summary["finished"] == 400 and any("dp_attention" in w for w in simpy.warnings)
     assert np.isfinite(compiled.summary["tpot_p50"])
+
+
+def test_the_slowest_rank_computes_the_largest_prefill_row_whole():
+    """A row is never split over attention ranks: one 8,192-token prompt is one rank's work while
+    the others idle, where eight prompts of 1,024 spread evenly."""
+    m, h100 = get_model("deepseek-v3"), get_gpu("H100-SXM")
+    wide = RooflineCost(m, h100, tp=8, weight_dtype="fp8", expert_parallel=True, dp=8, engine="sglang")
+    one = StepShape(8192, 1, 8192, 8192 * 8192 // 2, 0, 0, 1, 0, 0, max_prefill_row=8192)
+    eight = StepShape(8192, 8, 8192, 8 * 1024 * 1024 // 2, 0, 0, 8, 0, 0, max_prefill_row=1024)
+    a, b = wide.op_times(one), wide.op_times(eight)
+    assert a["qkv_proj"] > 4 * b["qkv_proj"] and a["norms_and_rest"] == pytest.approx(8 * b["norms_and_rest"])
+    assert a["attn_prefill"] > 8 * b["attn_prefill"]  # the whole row, and its longer causal context
+    assert a["moe_mlp"] == pytest.approx(b["moe_mlp"])  # the experts see the same tokens either way
+    assert wide.step_time(one) > wide.step_time(eight)
