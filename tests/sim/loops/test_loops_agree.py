@@ -412,6 +412,19 @@ def scenarios(draw, profiles):
             {"hf_config": str(TINY / name / "config.json")} for name in ("gemma3-tiny", "nemotron-h-tiny"))]))
         f.pop("hardware__memory_utilization")
         f["hardware__kv_blocks"] = draw(st.sampled_from([400, 3000]))
+    plain = "hardware__kv_blocks" not in f and layout != "pipeline"  # no windowed or state layers, pp 1
+    if f.get("scheduler__prefix_caching") and plain and draw(st.booleans()):  # KV tiers below the GPU
+        tiers = [{"medium": "cpu", "capacity_gb": draw(st.sampled_from([0.05, 2.0]))}]
+        if draw(st.booleans()):
+            tiers.append({"medium": "shared", "capacity_gb": draw(st.sampled_from([0.1, 8.0])),
+                          "bandwidth_gb_s": draw(st.sampled_from([0.5, 50.0]))})
+        f["kv_tiers"] = {"tiers": tiers, "write": draw(st.sampled_from(["through", "back"])),
+                         "load": draw(st.sampled_from(["async", "layerwise"])),
+                         "min_load_tokens": draw(st.sampled_from([0, 0, 100]))}
+    if layout == "disaggregated" and draw(st.booleans()):  # selective: short prompts prefilled on decode
+        f["disaggregation"]["local_prefill_tokens"] = draw(st.sampled_from([0, 200, 1000]))
+        if draw(st.booleans()):
+            f["disaggregation"]["max_prefill_queue"] = draw(st.sampled_from([0, 2]))
     if arrival != "closed" and draw(st.integers(0, 3)) == 0:  # traffic classes with priorities
         base = {k.removeprefix("workload__"): f.pop(k) for k in list(f) if k.startswith("workload__")}
         base.pop("num_requests")
