@@ -69,7 +69,7 @@ def test_a_ready_build_or_a_large_run_or_an_explicit_loop_compiles_in_the_foregr
 
 
 @pytest.mark.parametrize("name", ["speculative-decoding", "disaggregated", "pipeline-parallel-70b",
-                                  "shared-prompts", "vidur-a100-llama2-70b", "multi-class"])
+                                  "shared-prompts", "vidur-a100-llama2-70b", "multi-class", "kv-tiers"])
 def test_the_core_as_python_gives_the_compiled_results(tmp_path, name):
     path = REPO / "scenarios" / f"{name}.yaml"
     sets = ["workload.num_requests=150"] if name != "multi-class" else ["workload.duration_s=20"]
