@@ -31,6 +31,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 HERE = Path(__file__).resolve().parent / "published"
+from sim.scenario.specs import GPU_CATALOG  # noqa: E402
+
 WITHIN = 0.15  # the issue's tolerance
 
 # Which engine preset runs each source's engine (NIM and MLPerf's harness are TensorRT-LLM).
@@ -109,6 +111,7 @@ class Case:
     ep: int | None = None  # wide EP: the experts' GPUs (the replica) and its attention ranks
     dp_attention: int | None = None
     limits: dict = field(default_factory=dict)  # the engine's limits the source states
+    disagg: dict | None = None  # prefill/decode pools: {prefill_gpus, decode_gpus, measured}
     predicted: float = math.nan
     wall_s: float = 0.0
     notes: list[str] = field(default_factory=list)
@@ -124,7 +127,8 @@ class Case:
 
     @property
     def replicas(self) -> int:
-        return self.num_gpus // self.replica_gpus
+        """Independent copies of the setup sharing the load (a disaggregated setup is one)."""
+        return 1 if self.disagg else self.num_gpus // self.replica_gpus
 
     @property
     def error(self) -> float:
@@ -132,13 +136,21 @@ class Case:
 
 
 # What a case may `need` (README, "Wide EP, disaggregation and KV tiers") that this harness can set up:
-# dp-attention (hardware.dp_attention over the expert-parallel group, the source's per-rank limits).
+# dp-attention (hardware.dp_attention over the expert-parallel group, the source's per-rank limits);
+# pd-disagg (one prefill and one decode pool of the source's GPUs, the whole setup measured; the link's
+# default for its type, never the transfer rate the source printed).
 # Cases needing anything else are skipped by load_cases and counted in SKIPPED.
 SUPPORTED_NEEDS: frozenset[str] = frozenset({"dp-attention"})
+# Needs the harness can set up but leaves out unless asked (--include): pd-disagg, because the
+# error bands match a run on GPU, engine, dtype, model kind and metric but not on its layout, so
+# a disaggregated setup's TTFT would set a colocated run's band.
+OPTIONAL_NEEDS: frozenset[str] = frozenset({"pd-disagg"})
 SKIPPED: dict[str, int] = {}  # unmet needs ("+"-joined) -> cases the last load_cases call skipped
 
 
-def load_cases(sources: list[str] | None = None) -> list[Case]:
+def load_cases(sources: list[str] | None = None, include: frozenset[str] = frozenset()) -> list[Case]:
+    """The cases of ``sources`` (all by default) whose needs the harness sets up (``include``:
+    which of OPTIONAL_NEEDS to set up too)."""
     cases = []
     SKIPPED.clear()
     for path in sorted((HERE / "sources").glob("*.yaml")):
@@ -147,7 +159,11 @@ def load_cases(sources: list[str] | None = None) -> list[Case]:
         if sources and src["id"] not in sources:
             continue
         for c in data["cases"]:
-            missing = sorted(set(c.get("needs") or ()) - SUPPORTED_NEEDS)
+            missing = sorted(set(c.get("needs") or ()) - SUPPORTED_NEEDS - (include & OPTIONAL_NEEDS))
+            if not missing and c["gpu"] not in GPU_CATALOG:
+                missing.append(f"gpu {c['gpu']}")
+            if not missing and (c.get("disagg") or {}).get("measured", "both") != "both":
+                missing.append("one phase of a disaggregated setup")
             if missing:
                 key = "+".join(missing)
                 SKIPPED[key] = SKIPPED.get(key, 0) + 1
@@ -157,7 +173,8 @@ def load_cases(sources: list[str] | None = None) -> list[Case]:
                               num_gpus=c["num_gpus"], tp=c["tp"], pp=c["pp"],
                               weights=_dtype(c["weights"]), kv_cache=_dtype(c["kv_cache"]),
                               workload=c["workload"], table=c.get("table", ""), published=c.get("published", ""),
-                              ep=c.get("ep"), dp_attention=c.get("dp_attention"), limits=c.get("limits") or {}))
+                              ep=c.get("ep"), dp_attention=c.get("dp_attention"), limits=c.get("limits") or {},
+                              disagg=c.get("disagg")))
     return cases
 
 
@@ -224,6 +241,12 @@ def scenario_dict(case: Case) -> dict:
         "workload": wl,
         "scheduler": scheduler,
     }
+    if case.disagg:  # a prefill pool and a decode pool of the case's replicas, over the default link
+        per = case.tp * case.pp
+        hw = data.pop("hardware")
+        data["disaggregation"] = {"prefill": {"count": case.disagg["prefill_gpus"] // per, "hardware": hw},
+                                  "decode": {"count": case.disagg["decode_gpus"] // per, "hardware": hw},
+                                  "link": {"type": "infiniband"}}
     if case.dp_attention:  # one replica: attention ranks over the expert-parallel group
         d, lim = case.dp_attention, case.limits
         data["hardware"].update(tp=case.ep, expert_parallel=True, dp_attention=d)
@@ -432,10 +455,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--case", help="only cases whose id contains this text")
     ap.add_argument("--write-bands", action="store_true",
                     help=f"score every held-out case and write their errors to {BANDS.relative_to(ROOT)}")
+    ap.add_argument("--include", action="append", choices=sorted(OPTIONAL_NEEDS), default=[],
+                    help="also score the cases that need this (left out of the table and the error bands)")
     args = ap.parse_args(argv)
-    if args.write_bands and (args.source or args.case or args.split != "holdout"):
-        ap.error("--write-bands scores every held-out case: no --source, --case or --split")
-    cases = load_cases(args.source)
+    if args.write_bands and (args.source or args.case or args.split != "holdout" or args.include):
+        ap.error("--write-bands scores every held-out case: no --source, --case, --split or --include")
+    cases = load_cases(args.source, frozenset(args.include))
     if SKIPPED:
         print(f"skipped {sum(SKIPPED.values())} cases that need what this harness cannot simulate yet: "
               + ", ".join(f"{k} {v}" for k, v in sorted(SKIPPED.items())), file=sys.stderr)

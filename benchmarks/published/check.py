@@ -28,7 +28,7 @@ CATALOG_MODELS = {  # servesim catalog name -> size class used in the coverage m
     "qwen3-30b-a3b": "moe", "qwen3-235b-a22b": "moe", "qwen3-235b-a22b-fp8": "moe", "deepseek-v3": "mla-moe",
     "deepseek-r1": "mla-moe", "gpt-oss-120b": "moe", "gpt-oss-20b": "moe", "qwen3-8b": "dense-7-8B",
 }
-CATALOG_GPUS = {"A100-40GB", "A100-80GB", "H100-SXM", "H200", "L40S", "B200"}
+CATALOG_GPUS = {"A100-40GB", "A100-80GB", "H100-SXM", "H200", "L40S", "B200", "H800"}
 ENGINES = {"tensorrt-llm", "vllm", "sglang", "nim", "tgi", "lmdeploy", "deepspeed-mii", "other"}
 DTYPES = {"bf16", "fp16", "fp8", "int8", "int4", "fp4"}
 WEIGHT_DTYPES = DTYPES | {"checkpoint"}  # checkpoint: the model's own per-group dtypes (quantization_config)

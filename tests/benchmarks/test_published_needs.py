@@ -24,3 +24,26 @@ def test_no_loaded_case_needs_anything_unsupported():
     loaded = {c.id for c in published.load_cases()}
     assert needing and not needing & loaded
     assert sum(published.SKIPPED.values()) == len(needing)
+
+
+def test_dp_attention_cases_run_as_one_replica_of_their_expert_parallel_group():
+    cases = published.load_cases(["trtllm-dsr1-best-perf-practice"])
+    assert len(cases) == 6 and {c.dp_attention for c in cases} == {8} and all(c.replicas == 1 for c in cases)
+    big = next(c for c in cases if c.id.endswith("c7168"))
+    d = published.scenario_dict(big)
+    assert d["hardware"] == {"gpu": "B200", "tp": 8, "pp": 1, "expert_parallel": True, "dp_attention": 8,
+                             "memory_utilization": 0.93}
+    assert d["scheduler"]["max_num_seqs"] == 896 * 8 and d["scheduler"]["max_batched_tokens"] == 2048 * 8
+
+
+def test_disaggregated_cases_are_scored_only_when_asked_and_on_catalog_gpus():
+    source = ["mooncake-vllm-pd-qwen3-8b-h800"]
+    assert published.load_cases(source) == [] and published.SKIPPED == {"pd-disagg": 9}
+    cases = published.load_cases(source, frozenset({"pd-disagg"}))
+    assert len(cases) == 9 and all(c.replicas == 1 for c in cases)
+    d = published.scenario_dict(cases[0])
+    assert "hardware" not in d and d["disaggregation"]["prefill"]["count"] == 1
+    assert d["disaggregation"]["decode"]["hardware"]["gpu"] == "H800"
+    # a GPU the catalog does not have is named as what is missing
+    assert published.load_cases(["mooncake-sglang-pd-qwen3-235b-h20"], frozenset({"pd-disagg"})) == []
+    assert published.SKIPPED == {"gpu H20-3e": 9}
