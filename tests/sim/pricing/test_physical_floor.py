@@ -18,10 +18,11 @@ from sim.scenario.specs.models import DTYPE_BYTES
 FASTEST = ("bf16", "fp16", "fp8", "int8", "fp4")
 
 
-def floor_seconds(m, gpu, tp: int, weights: str | None, kv: str | None, s: StepShape) -> float:
+def floor_seconds(m, gpu, tp: int, weights: str | None, kv: str | None, s: StepShape, dp: int = 1) -> float:
     """Bytes: the non-expert weights, top-k experts per MoE layer (the fewest a token can touch),
-    the LM head if a row samples, the KV cache the decode rows read; FLOPs: each token through its
-    active weights and the sampled rows through the LM head. At the datasheet's peaks."""
+    the LM head if a row samples, the KV cache the decode rows read (with ``dp`` attention ranks
+    of tp / dp GPUs, a GPU reads its rank's share); FLOPs: each token through its active weights
+    and the sampled rows through the LM head. At the datasheet's peaks."""
     tokens = s.num_tokens
     if tokens == 0:
         return 0.0
@@ -39,7 +40,7 @@ def floor_seconds(m, gpu, tp: int, weights: str | None, kv: str | None, s: StepS
             per_token = g.count * m.kv_elements_per_layer(g.attention) * DTYPE_BYTES[kv or m.dtype]
             read = min(s.decode_context, s.decode_seqs * m.sliding_window) if g.attention in WINDOWED else \
                 s.decode_context
-            nbytes += per_token * read / m.kv_shards(g.attention, tp)
+            nbytes += per_token * read / dp / m.kv_shards(g.attention, tp // dp)
     active = gp["attention"] + gp["mlp"] + moe_layers * m.experts_per_token * expert
     flops = (2 * tokens * active + 2 * rows * m.vocab_size * h) / tp
     return max(nbytes / gpu.hbm_bandwidth, flops / max(gpu.peak_flops(d) for d in FASTEST))

@@ -18,10 +18,9 @@ from sim.pricing.wide_ep import all_to_all_seconds_per_byte, expert_imbalance, e
 from sim.scenario.load import load_scenario
 from sim.scenario.specs import get_gpu, get_model
 from sim.scenario.specs.gpus import LINKS
-from sim.scenario.specs.layers import KV_CACHED
 from sim.scenario.specs.models import DTYPE_BYTES
 from tests.sim.helpers import scenario
-from tests.sim.pricing.test_physical_floor import FASTEST, shapes
+from tests.sim.pricing.test_physical_floor import floor_seconds, shapes
 
 
 def decode(batch: int, context: int) -> StepShape:
@@ -89,30 +88,6 @@ def test_a_decode_step_splits_attention_over_the_ranks_and_pays_the_all_to_all()
     assert skewed.op_times(prefill)["moe_mlp"] > 1.5 * wide.op_times(prefill)["moe_mlp"]
 
 
-def wide_floor(m, gpu, tp: int, dp: int, weights, kv, s: StepShape) -> float:
-    """The physical floor of a wide-EP step on one GPU: the tokens' FLOPs spread over all GPUs,
-    the weights a GPU must read at the least (its share of all of them), and its rank's share of
-    the KV context (rows spread evenly over the ranks)."""
-    tokens = s.num_tokens
-    if tokens == 0:
-        return 0.0
-    h, gp = m.hidden_size, m.group_params()
-    moe_layers = sum(g.count for g in m.groups if g.mlp == "moe")
-    expert = m.mlp_matrices * h * m.expert_size
-    nbytes = (gp["attention"] * DTYPE_BYTES[m.dtype_of("attention", weights)]
-              + gp["mlp"] * DTYPE_BYTES[m.dtype_of("mlp", weights)]
-              + moe_layers * m.experts_per_token * expert * DTYPE_BYTES[m.dtype_of("experts", weights)]) / tp
-    tpa = tp // dp
-    for g in m.groups:
-        if g.attention in KV_CACHED:
-            per_token = g.count * m.kv_elements_per_layer(g.attention) * DTYPE_BYTES[kv or m.dtype]
-            nbytes += per_token * s.decode_context / dp / m.kv_shards(g.attention, tpa)
-    rows = s.num_sampled + s.verify_tokens
-    active = gp["attention"] + gp["mlp"] + moe_layers * m.experts_per_token * expert
-    flops = (2 * tokens * active + 2 * rows * m.vocab_size * h) / tp
-    return max(nbytes / gpu.hbm_bandwidth, flops / max(gpu.peak_flops(d) for d in FASTEST))
-
-
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(name=st.sampled_from(["deepseek-v3", "qwen3-235b-a22b", "kimi-k2", "qwen3-30b-a3b"]),
        gpu=st.sampled_from(["H100-SXM", "H200", "B200", "GB200-NVL72", "MI300X"]),
@@ -124,7 +99,7 @@ def test_no_wide_ep_step_is_priced_below_the_physical_floor(name, gpu, layout, w
     m, g = get_model(name), get_gpu(gpu)
     cost = RooflineCost(m, g, tp=tp, weight_dtype=weights, kv_dtype=kv, expert_parallel=True, dp=dp,
                         imbalance=imbalance, two_batch_overlap=tbo, engine="sglang")
-    assert cost.step_time(s) >= wide_floor(m, g, tp, dp, weights, kv, s)
+    assert cost.step_time(s) >= floor_seconds(m, g, tp, weights, kv, s, dp)
 
 
 @pytest.mark.parametrize("hardware,field,fragment", [
