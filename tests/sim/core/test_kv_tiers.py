@@ -185,3 +185,22 @@ def test_the_summary_says_where_prompt_tokens_came_from():
     assert text.startswith("prompt tokens from GPU ") and "cpu " in text and "nvme " in text
     assert "at least 64 tokens" in text
     assert np.isfinite(r.summary["kv_tiers"]["gpu_hit_rate"])
+
+
+def test_the_prefix_affinity_router_pictures_a_replica_with_its_own_tiers():
+    """A replica's GPU and its own tiers give blocks up in one LRU order, so the router remembers
+    as many blocks as they hold together; a shared store is every replica's, and adds nothing."""
+    from sim.core.requests import RequestTable
+    from sim.core.state import build_core
+    from sim.pricing.links import tier_specs
+
+    def capacities(tiers):
+        s = scenario(**{**CHAT, "replicas": 2, "router": {"policy": "prefix-affinity"}}, kv_tiers={"tiers": tiers})
+        core = build_core(s, RequestTable(np.zeros(1), np.ones(1, dtype=np.int64), np.ones(1, dtype=np.int64)),
+                          tiers=tier_specs(s))
+        return np.diff(core.rtable.off[:, 0]).tolist(), tier_specs(s)[0]
+
+    shared = {"medium": "shared", "capacity_gb": 4}
+    seen, specs = capacities([CPU, shared])
+    assert seen == [600 + specs[0].capacity_blocks] * 2 and specs[0].capacity_blocks > 0
+    assert capacities([shared])[0] == [600, 600]
