@@ -27,8 +27,13 @@ CATALOG_MODELS = {  # servesim catalog name -> size class used in the coverage m
     "mixtral-8x7b": "moe", "mixtral-8x22b": "moe", "llama-4-scout": "moe", "llama-4-maverick": "moe",
     "qwen3-30b-a3b": "moe", "qwen3-235b-a22b": "moe", "qwen3-235b-a22b-fp8": "moe", "deepseek-v3": "mla-moe",
     "deepseek-r1": "mla-moe", "gpt-oss-120b": "moe", "gpt-oss-20b": "moe", "qwen3-8b": "dense-7-8B",
+    # issue 28 part 4: the 128K-context Llama 3.1/3.3 catalog entries (run as named, no llama-3 -> 3.1 mapping)
+    "llama-3.1-8b": "dense-7-8B", "llama-3.1-70b": "dense-70B", "llama-3.3-70b": "dense-70B",
+    "llama-3.1-405b": "dense-405B", "qwen3-32b": "dense-32B",
 }
-CATALOG_GPUS = {"A100-40GB", "A100-80GB", "H100-SXM", "H200", "L40S", "B200", "H800"}
+CATALOG_GPUS = {"A100-40GB", "A100-80GB", "H100-SXM", "H200", "L40S", "B200", "H800",
+                # issue 28 part 4: further sim/scenario/data/gpus.yaml entries the new sources use
+                "GB200-NVL72", "RTX-PRO-6000", "MI300X", "MI325X", "MI355X", "H100-PCIe", "H100-NVL", "L4"}
 ENGINES = {"tensorrt-llm", "vllm", "sglang", "nim", "tgi", "lmdeploy", "deepspeed-mii", "other"}
 DTYPES = {"bf16", "fp16", "fp8", "int8", "int4", "fp4"}
 WEIGHT_DTYPES = DTYPES | {"checkpoint"}  # checkpoint: the model's own per-group dtypes (quantization_config)
