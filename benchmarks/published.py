@@ -35,9 +35,43 @@ from sim.scenario.specs import GPU_CATALOG  # noqa: E402
 
 WITHIN = 0.15  # the issue's tolerance
 
-# Which engine preset runs each source's engine (NIM and MLPerf's harness are TensorRT-LLM).
+# Which engine preset runs each source's engine: its release family, from the version the source
+# states (``engine_family``). NIM's and MLPerf v4.1's TensorRT-LLM are 0.x releases (engines built ahead).
 ENGINES = {"tensorrt-llm": "tensorrt-llm", "nim": "tensorrt-llm", "vllm": "vllm", "sglang": "sglang",
            "lmdeploy": "lmdeploy"}
+
+
+def engine_family(engine: str, version: str, date: str) -> str:
+    """The preset of a source's engine release: vLLM 0.8 and later is V1 (``vllm``), earlier V0
+    (``vllm-v0``); TensorRT-LLM 1.x and its PyTorch workflow are ``tensorrt-llm``, earlier releases
+    ``tensorrt-llm-0.x``. A version the source does not state as a number goes by its date (vLLM
+    made V1 its default in 0.8, 2025-03)."""
+    import re
+
+    name = ENGINES[engine]
+    m = re.search(r"(?<![\w.])(\d+)\.(\d+)", str(version))
+    if name == "vllm":
+        if re.search(r"\bV1\b", str(version)):
+            return "vllm"
+        if m:
+            return "vllm" if (int(m[1]), int(m[2])) >= (0, 8) else "vllm-v0"
+        return "vllm" if str(date) >= "2025-03" else "vllm-v0"
+    if name == "tensorrt-llm":
+        if engine == "tensorrt-llm" and ("pytorch" in str(version).lower() or (m and int(m[1]) >= 1)):
+            return "tensorrt-llm"
+        return "tensorrt-llm-0.x"
+    return name
+
+
+# Sources measured through the engine's API server (an HTTP client: bench_serving, genai-perf, the
+# Triton client): their requests pay the engine family's request_overhead_s. The others drive the
+# engine in process (trtllm-bench, gptManagerBenchmark, gptSessionBenchmark, LMDeploy's profilers,
+# MLPerf's LoadGen harness): no API server, request_overhead_s 0.
+SERVED = {"nim-llm-benchmarking-performance", "trtllm-0.14-online-serving", "sglang-0.3.0-vs-vllm-0.6.0-sglang",
+          "sglang-0.3.0-vs-vllm-0.6.0-vllm", "inferencex-870-dsr1-fp8-h200-sglang",
+          "inferencex-870-dsr1-fp4-b200-sglang", "vllm-pr23696-gpt-oss-120b-b200", "mooncake-vllm-pd-qwen3-8b-h800",
+          "mooncake-sglang-pd-qwen3-235b-h20", "mooncake-ssd-offload-qwen3-8b-a100",
+          "lmcache-blog-mooncake-qwen25-72b-h800", "vllm-recipe-llama33-70b-mi355x"}
 
 # Real-prompt datasets whose lengths the sources do not print: lognormal lengths with the means
 # below (sources in benchmarks/published/README.md, "Datasets"), clipped as the tools clip them.
@@ -70,6 +104,8 @@ SOURCE_SETUP: dict[str, dict] = {
     # vLLM server flags printed in the README: --max_model_len 4096 (so 4096 tokens per step)
     # and --num-scheduler-steps 10 (multi-step scheduling).
     "sglang-0.3.0-vs-vllm-0.6.0-vllm": {"scheduler": {"max_batched_tokens": 4096, "num_scheduler_steps": 10}},
+    # the vLLM ROCm recipe's server: --max-num-batched-tokens 32768 (V1: the budget of a step)
+    "vllm-recipe-llama33-70b-mi355x": {"scheduler": {"max_batched_tokens": 32768, "chunk_size": 32768}},
     # InferenceX dsr1-fp4-b200-sglang: 'TP=8 EP=8' (experts split over the TP group).
     "inferencex-870-dsr1-fp4-b200-sglang": {"hardware": {"expert_parallel": True}},
 }
@@ -121,6 +157,11 @@ class Case:
         return FAMILY[self.metric.split("_")[0]]
 
     @property
+    def served(self) -> bool:
+        """Measured through the engine's API server (``SERVED``)."""
+        return self.source in SERVED
+
+    @property
     def replica_gpus(self) -> int:
         """GPUs per replica: its TP group, or with attention DP its expert-parallel group."""
         return (self.ep if self.dp_attention else self.tp) * self.pp
@@ -168,7 +209,8 @@ def load_cases(sources: list[str] | None = None, include: frozenset[str] = froze
                 key = "+".join(missing)
                 SKIPPED[key] = SKIPPED.get(key, 0) + 1
                 continue
-            cases.append(Case(id=c["id"], source=src["id"], engine=ENGINES[src["engine"]], split=c["split"],
+            engine = engine_family(src["engine"], src.get("engine_version", ""), src.get("date", ""))
+            cases.append(Case(id=c["id"], source=src["id"], engine=engine, split=c["split"],
                               metric=c["metric"], value=float(c["value"]), model=c["model"], gpu=c["gpu"],
                               num_gpus=c["num_gpus"], tp=c["tp"], pp=c["pp"],
                               weights=_dtype(c["weights"]), kv_cache=_dtype(c["kv_cache"]),
@@ -234,7 +276,8 @@ def scenario_dict(case: Case) -> dict:
         model = model.replace("llama-3-", "llama-3.1-")
     data = {
         "name": case.id,
-        "engine": case.engine,
+        # an engine driven in process pays no API server's time per request
+        "engine": case.engine if case.served else {"name": case.engine, "request_overhead_s": 0.0},
         "model": model,
         "hardware": {"gpu": case.gpu, "tp": case.tp, "pp": case.pp},
         "quantization": {"weights": case.weights, "kv_cache": case.kv_cache},

@@ -22,7 +22,10 @@ from __future__ import annotations
 import argparse
 import copy
 import datetime
+import functools
+import json
 import math
+import multiprocessing
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,6 +36,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import published as bench
 
+from sim.scenario.engines import overheads_of
 from sim.scenario.specs import efficiency, get_gpu
 from sim.scenario.specs.gpus import LINKS
 
@@ -62,6 +66,21 @@ def _link(case: bench.Case) -> str:
     return get_gpu(case.gpu).interconnect
 
 
+@functools.cache
+def _model_classes(model: str, gpu: str, weights: str | None) -> frozenset[str]:
+    from sim.scenario.specs import get_model
+    from sim.scenario.specs.models import WEIGHT_GROUPS, math_dtype
+
+    m, g = get_model(model), get_gpu(gpu)
+    return frozenset(efficiency.math_class(g, math_dtype(m.dtype_of(group, weights))) for group in WEIGHT_GROUPS)
+
+
+def _classes(case: bench.Case) -> frozenset[str]:
+    """The tensor-core classes the case's GEMMs run on (a checkpoint's groups may differ: gpt-oss's
+    MXFP4 experts and bf16 attention)."""
+    return _model_classes(bench.scenario_dict(case)["model"], case.gpu, case.weights)
+
+
 def params_for(cases: list[bench.Case]) -> list[Param]:
     """The constants the fit half can inform: one set per architecture, link and engine it has."""
     out: list[Param] = []
@@ -70,10 +89,11 @@ def params_for(cases: list[bench.Case]) -> list[Param]:
         # cuBLAS/CUTLASS reach 70–85% of the dense peak on large GEMMs; loads and math overlap 0–100%.
         out += [Param(("gpus", arch, "gemm_bf16", 0), 0.4, 0.9, on),
                 Param(("gpus", arch, "gemm_bf16", 1), 0.0, 1.0, on, additive=True)]
-        if any(on(c) and efficiency.math_class(get_gpu(c.gpu), c.weights) == "fp8" for c in cases):
-            fp8 = lambda c, a=arch: _arch(c) == a and c.weights in ("fp8", "int8")  # noqa: E731
-            out += [Param(("gpus", arch, "gemm_fp8", 0), 0.4, 0.9, fp8),
-                    Param(("gpus", arch, "gemm_fp8", 1), 0.0, 1.0, fp8, additive=True)]
+        for cls in ("fp8", "fp4", "w4"):  # 8- and 4-bit tensor cores, 4-bit weights on 16-bit math
+            runs = lambda c, a=arch, k=cls: _arch(c) == a and k in _classes(c)  # noqa: E731
+            if any(runs(c) for c in cases):
+                out += [Param(("gpus", arch, f"gemm_{cls}", 0), {"fp4": 0.3, "w4": 0.2}.get(cls, 0.4), 0.9, runs),
+                        Param(("gpus", arch, f"gemm_{cls}", 1), 0.0, 1.0, runs, additive=True)]
         # Streaming kernels reach 60–92% of HBM bandwidth; FlashAttention-2/3 reach up to ~75% of peak.
         out += [Param(("gpus", arch, "hbm_fraction"), 0.6, 0.92, on),
                 Param(("gpus", arch, "attn_prefill_fraction"), 0.2, 0.75, on),
@@ -81,13 +101,16 @@ def params_for(cases: list[bench.Case]) -> list[Param]:
     for link in sorted({_link(c) for c in cases if c.tp > 1}):
         on = lambda c, lk=link: c.tp > 1 and _link(c) == lk  # noqa: E731
         out += [Param(("links", link, 0), 1e-7, 1e-4, on), Param(("links", link, 1), 1e-8, 5e-5, on)]
-    for engine in sorted({c.engine for c in cases}):
+    for engine in sorted({c.engine for c in cases if overheads_of(c.engine) == c.engine}):
         on = lambda c, e=engine: c.engine == e  # noqa: E731
         out += [Param(("engines", engine, "step_overhead_s"), 1e-5, 0.03, on),
                 Param(("engines", engine, "row_overhead_s"), 1e-8, 2e-4, on),
                 Param(("engines", engine, "layer_latency_s"), 1e-7, 3e-4, on),
                 Param(("engines", engine, "eager_layer_latency_s"), 1e-7, 3e-4, on),
                 Param(("engines", engine, "decode_gqa_reread"), 0.0, 1.0, on, additive=True)]
+        if any(on(c) and c.served for c in cases):  # its API server's time per request (TTFT, E2E)
+            served = lambda c, e=engine: c.engine == e and c.served  # noqa: E731
+            out += [Param(("engines", engine, "request_overhead_s"), 0.0, 0.1, served, additive=True)]
         if any(on(c) and c.tp > 1 for c in cases):  # its all-reduce kernels' latency, relative to the link's
             tp = lambda c, e=engine: c.engine == e and c.tp > 1  # noqa: E731
             out += [Param(("engines", engine, "allreduce_latency_scale"), 0.25, 4.0, tp)]
@@ -109,12 +132,37 @@ def _set(d: dict, path: tuple, v: float) -> None:
 def _ensure(values: dict, params: list[Param]) -> None:
     """Give every fitted constant a starting value (links absent from the file: the catalog's)."""
     for p in params:
+        if p.path[0] == "gpus":  # an architecture fitted for the first time starts from the defaults
+            arch = values["gpus"].setdefault(p.path[1], copy.deepcopy(values["gpus"]["default"]))
+            if p.path[2] in ("gemm_fp4", "gemm_w4"):
+                arch.setdefault(p.path[2], list(arch[f"gemm_{efficiency.FALLBACK[p.path[2][5:]]}"]))
         if p.path[0] == "links":
             link = p.path[1]
             values.setdefault("links", {}).setdefault(link, [LINKS[link].latency_s, 0.0])
         elif p.path[0] == "engines":
             values["engines"][p.path[1]].setdefault(p.path[2], 1.0 if p.path[2].endswith("_scale") else 0.0)
         _set(values, p.path, min(max(_get(values, p.path), p.lo), p.hi))  # start inside the bounds
+
+
+JOBS = 1  # processes evaluating cases (--jobs)
+
+
+def _ratios(values: dict, cases: list[bench.Case]) -> dict[str, float]:
+    efficiency.calibrated.cache_clear()
+    original = efficiency.calibrated
+    efficiency.calibrated = lambda: values  # type: ignore[assignment]
+    try:
+        out = {}
+        runs: dict = {}
+        for c in cases:
+            c.notes.clear()
+            try:
+                out[c.id] = bench.predict(c, runs) / c.value
+            except Exception:  # a failing case costs MISS
+                out[c.id] = math.nan
+        return out
+    finally:
+        efficiency.calibrated = original
 
 
 class Objective:
@@ -130,29 +178,37 @@ class Objective:
                 for k, r in self.ratios(values, cases).items()}
 
     def ratios(self, values: dict, cases: list[bench.Case]) -> dict[str, float]:
-        efficiency.calibrated.cache_clear()
-        original = efficiency.calibrated
-        efficiency.calibrated = lambda: values  # type: ignore[assignment]
-        try:
-            out = {}
-            runs: dict = {}
-            for c in cases:
-                c.notes.clear()
-                try:
-                    out[c.id] = bench.predict(c, runs) / c.value
-                except Exception:  # a failing case costs MISS
-                    out[c.id] = math.nan
-            self.evals += 1
-            return out
-        finally:
-            efficiency.calibrated = original
+        """predicted / published per case under ``values``; the cases of one setup run together
+        (they share a simulation), setups spread over ``--jobs`` forked processes."""
+        self.evals += 1
+        groups: dict[str, list[bench.Case]] = {}
+        for c in cases:
+            groups.setdefault(json.dumps(bench.scenario_dict(c) | {"name": ""}, sort_keys=True, default=str),
+                              []).append(c)
+        chunks = [[] for _ in range(max(1, min(JOBS, len(groups))))]
+        for i, g in enumerate(sorted(groups.values(), key=len, reverse=True)):
+            chunks[i % len(chunks)] += g
+        if len(chunks) == 1:
+            return _ratios(values, chunks[0])
+        ctx = multiprocessing.get_context("fork")
+        with ctx.Pool(len(chunks)) as pool:
+            parts = pool.starmap(_ratios, [(values, ch) for ch in chunks])
+        return {k: v for part in parts for k, v in part.items()}
 
     def loss(self, values: dict, cases: list[bench.Case]) -> float:
         return sum(min(e, CAP) for e in self.errors(values, cases).values())
 
 
-def fit(cases: list[bench.Case], values: dict, sweeps: int, log=print) -> tuple[dict, list[Param]]:
+def fit(cases: list[bench.Case], values: dict, sweeps: int, log=print, only: tuple[str, ...] = (),
+        checkpoint: Callable[[dict, list[Param]], None] | None = None,
+        max_cases: int = 0) -> tuple[dict, list[Param]]:
+    """Coordinate descent over the constants the fit half informs (``only``: those whose names
+    start with one of these, in that order; the others keep their values). ``checkpoint`` gets
+    the values after each constant (a long fit keeps what it has found). ``max_cases``: a constant
+    is scored on at most this many of the cases it moves (every k-th), 0: all of them."""
     params = params_for(cases)
+    if only:
+        params = [p for prefix in only for p in params if p.name.startswith(prefix)]
     values = copy.deepcopy(values)
     _ensure(values, params)
     obj = Objective(cases, values)
@@ -164,6 +220,8 @@ def fit(cases: list[bench.Case], values: dict, sweeps: int, log=print) -> tuple[
             sub = [c for c in cases if p.depends(c)]
             if not sub:
                 continue
+            if max_cases and len(sub) > max_cases:  # every k-th of them (in the sources' order): a faster fit
+                sub = sub[::math.ceil(len(sub) / max_cases)]
             best_v = _get(values, p.path)
             best = obj.loss(values, sub)
             s = step
@@ -171,7 +229,7 @@ def fit(cases: list[bench.Case], values: dict, sweeps: int, log=print) -> tuple[
                 moved = False
                 for direction in (1, -1):
                     if p.additive:
-                        v = min(max(best_v + direction * 0.25 * (s - 1.0) * 2, p.lo), p.hi)
+                        v = min(max(best_v + direction * 0.5 * (s - 1.0) * (p.hi - p.lo), p.lo), p.hi)
                     else:
                         v = min(max(best_v * s ** direction, p.lo), p.hi)
                     if v == best_v:
@@ -187,6 +245,8 @@ def fit(cases: list[bench.Case], values: dict, sweeps: int, log=print) -> tuple[
                     if s < 1.02:
                         break
             log(f"  sweep {sweep + 1} {p.name:40s} = {best_v:.4g}")
+            if checkpoint is not None:
+                checkpoint(values, params)
         total = obj.loss(values, cases)
         log(f"after sweep {sweep + 1}: mean capped |log error| {total / len(cases):.4f} ({obj.evals} evaluations)")
     return values, params
@@ -249,21 +309,49 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sweeps", type=int, default=2)
     ap.add_argument("--dry-run", action="store_true")
+    ap.add_argument("--only", action="append", default=[],
+                    help="fit only the constants whose names start with this (repeatable, in this order); "
+                         "the others keep the file's values")
+    ap.add_argument("--max-cases", type=int, default=0,
+                    help="score each constant's moves on at most this many of its cases (every k-th; 0: all)")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="processes evaluating the cases (the results do not depend on it)")
     ap.add_argument("--bound", action="store_true",
                     help="fit on every case, the held-out half too, and print how close the structure gets "
                          "at best (not a fit: writes nothing)")
     args = ap.parse_args(argv)
+    global JOBS
+    JOBS = max(1, args.jobs)
     if args.bound:
         return bound(args.sweeps)
     cases = [c for c in bench.load_cases() if c.split == "fit"]
     start = copy.deepcopy(efficiency.calibrated())
-    values, params = fit(cases, start, args.sweeps)
+    previous = start.get("fit", {})
+    command = " ".join(["python benchmarks/published_fit.py", f"--sweeps {args.sweeps}",
+                        *([f"--max-cases {args.max_cases}"] if args.max_cases else []),
+                        *(f"--only {o}" for o in args.only)])
+
+    def kept(params: list[Param]) -> dict:
+        """What a fit of some constants keeps from the fit before it."""
+        if not args.only:
+            return {}
+        names = {p.name for p in params}
+        return {"kept": sorted(set(previous.get("constants", [])) - names),
+                "kept_from": {k: previous.get(k) for k in ("command", "date", "cases")}}
+
+    def checkpoint(values: dict, params: list[Param]) -> None:
+        if not args.dry_run:
+            write(values, {"command": command, "date": datetime.date.today().isoformat(), "partial": True,
+                           "constants": [p.name for p in params], **kept(params)})
+
+    values, params = fit(cases, start, args.sweeps, only=tuple(args.only), checkpoint=checkpoint,
+                         max_cases=args.max_cases)
     obj = Objective(cases, values)
     ratios = obj.ratios(values, cases)
     errs = {k: (abs(math.log(r)) if r > 0 and math.isfinite(r) else MISS) for k, r in ratios.items()}
     within = sum(abs(r - 1) <= bench.WITHIN for r in ratios.values())
-    record = {"command": "python benchmarks/published_fit.py", "date": datetime.date.today().isoformat(),
-              "cases": len(cases), "split": "fit", "constants": [p.name for p in params],
+    record = {"command": command, "date": datetime.date.today().isoformat(),
+              "cases": len(cases), "split": "fit", "constants": [p.name for p in params], **kept(params),
               "loss": "mean of min(|log(predicted / published)|, log 1.35)",
               "mean_capped_log_error": round(sum(min(e, CAP) for e in errs.values()) / len(errs), 4),
               "mean_abs_log_error": round(sum(errs.values()) / len(errs), 4),

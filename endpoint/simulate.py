@@ -2,13 +2,9 @@
 
 Open loop: the simulation's arrivals are the measured send times. Closed loop: the
 simulator's own closed loop (each of N users sends its next request, in order, when its
-previous one finishes in the simulation). The profile's ``request_overhead_s`` delays each
-request's entry into the scheduler and is counted in its TTFT and E2E: arrivals shift by it
-(closed loop: it lengthens each user's pause between requests, and the sends are the
-scheduler arrivals less it), and the results are shifted back.
-
-PROVISIONAL (issue 14): the request overhead is applied here, around
-``sim.loops.run.simulate``; the pricing core should take it over (see endpoint/README.md).
+previous one finishes in the simulation). The profile's ``request_overhead_s`` is the core's
+(sim/pricing: request_overhead_s): each request reaches the scheduler that long after it is
+sent, and its TTFT and E2E carry it.
 """
 
 from __future__ import annotations
@@ -19,8 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from sim.loops.run import RunResult, simulate
-from sim.pricing.profile import Profile, load_profile, save_profile
-from sim.results.metrics import slo_limits, slo_met, summarize
+from sim.pricing.profile import Profile, save_profile
 from sim.scenario.load import apply_overrides, scenario_from_dict
 from sim.scenario.schema import Scenario
 from sim.traffic import Workload
@@ -35,29 +30,11 @@ def with_profile(scenario: Scenario, profile_path: str | Path, source: str,
     return scenario_from_dict(data, source, scenario.base_dir)
 
 
-def _shifted(result: RunResult, overhead: float, arrival: np.ndarray, scenario: Scenario) -> RunResult:
-    if overhead == 0:
-        return result
-    df = result.requests.copy()
-    df["arrival"] = arrival
-    for c in ("ttft", "e2e", "queueing_delay"):
-        df[c] = df[c] + overhead
-    df["slo_met"] = slo_met(df, slo_limits(len(df), scenario.slo))
-    summary = summarize(df, result.steps, num_gpus=scenario.num_gpus)
-    # what the request table does not give (the run's kv_tiers part) is kept as the run wrote it
-    summary = {**{k: v for k, v in result.summary.items() if k not in summary}, **summary}
-    return replace(result, requests=df, summary=summary)
-
-
 def simulate_measured(scenario: Scenario, workload: Workload, sends: np.ndarray,
                       prompt_tokens: np.ndarray | None = None, output_tokens: np.ndarray | None = None,
-                      closed: int | None = None, think_s: float = 0.0,
-                      profile: Profile | None = None) -> RunResult:
+                      closed: int | None = None, think_s: float = 0.0) -> RunResult:
     """Simulate ``workload``'s requests (lengths as measured where given) sent at ``sends``
     (open loop), or by ``closed`` users (the simulator's own loop; ``sends`` unused)."""
-    if profile is None:
-        profile = load_profile(scenario.cost.profile)
-    o = float(profile.request_overhead_s)
     w = workload
     if prompt_tokens is not None:
         w = replace(w, prompt_len=np.asarray(prompt_tokens, dtype=np.int64))
@@ -69,16 +46,15 @@ def simulate_measured(scenario: Scenario, workload: Workload, sends: np.ndarray,
         # the simulator wants arrivals sorted: permute, then give requests back their ids
         order = np.argsort(s, kind="stable")
         if (order == np.arange(len(s))).all():
-            return simulate(scenario, workload=replace(w, arrival=s + o, closed_loop=None))
-        res = simulate(scenario, workload=_take(replace(w, closed_loop=None), order, s[order] + o))
+            return simulate(scenario, workload=replace(w, arrival=s, closed_loop=None))
+        res = simulate(scenario, workload=_take(replace(w, closed_loop=None), order, s[order]))
         df = res.requests.copy()
         df["request_id"] = order[df["request_id"].to_numpy()]
         return replace(res, requests=df.sort_values("request_id").reset_index(drop=True))
 
     if closed is None:
-        return _shifted(once(sends), o, sends, scenario)
-    res = simulate(scenario, workload=replace(w, arrival=np.zeros(len(sends)), closed_loop=(closed, think_s + o)))
-    return _shifted(res, o, res.requests["arrival"].to_numpy() - o, scenario)
+        return once(sends)
+    return simulate(scenario, workload=replace(w, arrival=np.zeros(len(sends)), closed_loop=(closed, think_s)))
 
 
 def _take(w: Workload, order: np.ndarray, arrival: np.ndarray) -> Workload:

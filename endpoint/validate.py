@@ -210,14 +210,14 @@ def compare(scenario, profile_path: str | Path, runs: list[MeasuredRun], context
     output = np.where(ok, req["output_tokens"].to_numpy(), req["max_output_tokens"].to_numpy())
     if log:
         log("simulating the same requests with the profile ...")
-    sim = simulate_measured(sim_sc, workload, sends, prompt, output, closed=closed, think_s=think, profile=profile)
+    sim = simulate_measured(sim_sc, workload, sends, prompt, output, closed=closed, think_s=think)
     joined = join(real.requests, sim.requests)
     adjusted = {}
     if "speed_ratio" in machine:
         with tempfile.TemporaryDirectory() as tmp:
             scaled = scaled_profile(profile, machine["speed_ratio"], Path(tmp) / "scaled.json")
             again = simulate_measured(with_profile(scenario, scaled, source), workload, sends, prompt, output,
-                                      closed=closed, think_s=think, profile=load_profile(scaled))
+                                      closed=closed, think_s=think)
         adjusted = error_stats(join(real.requests, again.requests))
     repeat = None
     errors_repeat: dict = {}

@@ -84,7 +84,8 @@ def react(c, now):
         rid, kind = out[i] >> 3, out[i] & 7
         if kind == DONE:
             if c.run_counters[RunCounter.USERS] > 0 and c.run_counters[RunCounter.NEXT_SEND] < c.req.arrival.shape[0]:
-                effect(c, SEND, c.run_counters[RunCounter.NEXT_SEND], c.run_times[RunTime.THINK])
+                effect(c, SEND, c.run_counters[RunCounter.NEXT_SEND],
+                       c.run_times[RunTime.THINK] + c.run_times[RunTime.FRONTEND])
                 c.run_counters[RunCounter.NEXT_SEND] += 1
         elif kind == HANDOFF:
             wake(c, router.receive(c, disagg.decode_replica(c, rid), rid))
@@ -164,15 +165,16 @@ def submit(c, rid, now):
 
 @jit
 def arrivals(c, now, due):
-    """Open loop: submit the requests due by ``now`` and set the next arrival's event.
-    ``due``: the arrival event has just come (its request arrives now, even if rounding left
-    ``now`` an ulp short of its time)."""
+    """Open loop: submit the requests due by ``now`` and set the next arrival's event (a request
+    reaches the router RunTime.FRONTEND after its planned send). ``due``: the arrival event has
+    just come (its request arrives now, even if rounding left ``now`` an ulp short of its time)."""
     planned = c.req.arrival
     n = planned.shape[0]
+    front = c.run_times[RunTime.FRONTEND]
     while c.run_counters[RunCounter.NEXT_RID] < n:
         rid = c.run_counters[RunCounter.NEXT_RID]
-        if planned[rid] > now and not due:
-            delay = planned[rid] - now
+        if planned[rid] + front > now and not due:
+            delay = planned[rid] + front - now
             c.run_times[RunTime.NEXT_ARRIVAL] = now + delay
             effect(c, ARRIVAL, -1, delay)
             return
@@ -206,7 +208,8 @@ def refresh(c, now):
 @jit
 def start(c, now):
     """Traffic starts (after every engine's first turn): a closed loop's users each send their
-    first request at once; an open loop's requests arrive at their times. Routers that sample the
+    first request at once (it reaches the router RunTime.FRONTEND later); an open loop's requests
+    arrive at their times. Routers that sample the
     replicas' load start from the idle fleet's and take the next sample ``refresh_s`` later."""
     if signals.refresh_s(c) > 0.0:
         next_refresh(c, now)
@@ -214,7 +217,7 @@ def start(c, now):
     if users > 0:
         first = min(users, c.req.arrival.shape[0])
         for rid in range(first):
-            effect(c, SEND, rid, 0.0)
+            effect(c, SEND, rid, c.run_times[RunTime.FRONTEND])
         c.run_counters[RunCounter.NEXT_SEND] = first
     else:
         arrivals(c, now, False)

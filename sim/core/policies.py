@@ -32,7 +32,7 @@ from sim.core.admission import RUNNING, add_row, admit_waiting, free_seats
 from sim.core.jit import jit, leaf
 from sim.core.plan import is_decode, shape_into
 from sim.core.preemption import grow, swap_in_waiting
-from sim.core.state import CHUNKED_PREFILL, CONTINUOUS, SLOTS, STATIC, Clock, Counter, FloatSetting, Setting
+from sim.core.state import CHUNKED_PREFILL, CONTINUOUS, SLOTS, STATIC, Clock, Counter, FloatSetting, RunTime, Setting
 
 BIG = np.int64(1) << np.int64(62)
 
@@ -129,7 +129,7 @@ def static(c, e, now):
     if not c.counters[e, Counter.NWAIT]:
         return
     head = c.qhead[e, queues.first_waiting(c, e)]
-    deadline = r.arrival[head] + c.float_settings[e, FloatSetting.BATCH_TIMEOUT]
+    deadline = r.arrival[head] + c.run_times[RunTime.FRONTEND] + c.float_settings[e, FloatSetting.BATCH_TIMEOUT]
     if c.counters[e, Counter.NWAIT] < c.settings[e, Setting.BATCH_SIZE] and now < deadline:
         c.clocks[e, Clock.WAKE_AT] = deadline
         return

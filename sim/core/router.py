@@ -42,6 +42,7 @@ from sim.core.state import (
     Replica,
     Routing,
     RunCounter,
+    RunTime,
     Setting,
 )
 
@@ -123,14 +124,15 @@ def route(c, k, rid):
 @jit
 def submit(c, r, rid, now):
     """``rid`` arrives at replica ``r`` at ``now`` and waits at one of its engines (a
-    pipelined replica's virtual engines take turns). Returns that engine."""
+    pipelined replica's virtual engines take turns); its arrival is when it was sent, the API
+    server's RunTime.FRONTEND before. Returns that engine."""
     first, count = c.replicas[r, Replica.FIRST], c.replicas[r, Replica.COUNT]
     e = first
     if count > 1:
         e = first + c.replicas[r, Replica.TURN]
         c.replicas[r, Replica.TURN] = (c.replicas[r, Replica.TURN] + 1) % count
     req = c.req
-    req.arrival[rid] = now
+    req.arrival[rid] = now - c.run_times[RunTime.FRONTEND]
     req.replica[rid] = r
     req.engine[rid] = e
     req.status[rid] = WAITING

@@ -91,9 +91,10 @@ RunCounter = columns("RunCounter", "SEED OUT_N LOG_N FX_N NEXT_RID NEXT_SEND USE
                      "Run-wide counters: run_counters[RunCounter.X]: the seed, the outbox's and effects' "
                      "lengths, the step log's rows, the next request to arrive or be sent, closed-loop users; "
                      "selective disaggregation's bounds (sim/core/disagg.py; -1: off, or no bound).")
-RunTime = columns("RunTime", "THINK NEXT_ARRIVAL",
+RunTime = columns("RunTime", "THINK NEXT_ARRIVAL FRONTEND",
                   "Run-wide times: run_times[RunTime.X]: a closed-loop user's think time; when the pending "
-                  "arrival event is.")
+                  "arrival event is; the API server's time per request before the router (a request reaches "
+                  "it FRONTEND after it is sent; its arrival stays its send).")
 # Autoscaling (sim/core/autoscale.py): its settings and state, each replica's state and times.
 Scale = columns("Scale", """ON POLICY MIN MAX START INTERVAL READY_DELAY TARGET TOLERANCE UP_WINDOW DOWN_WINDOW
     REPLICA_RATE FORECAST PREV_RATE""",
@@ -265,9 +266,10 @@ def put(row: np.ndarray, columns: type[IntEnum], **values) -> None:
 
 def build_core(scenario, table_: RequestTable, *, step_overhead_s: float = 0.0,
                closed: tuple[int, float] | None = None, replica_rate: float = 0.0,
-               tiers: list[tuple[TierSpec, ...]] | None = None) -> Core:
+               tiers: list[tuple[TierSpec, ...]] | None = None, request_overhead_s: float = 0.0) -> Core:
     """The core of ``scenario``'s cluster over ``table_``'s requests, nothing arrived yet
-    (``step_overhead_s``: a step's fixed cost, which a pipeline's first stage pays; ``closed``:
+    (``step_overhead_s``: a step's fixed cost, which a pipeline's first stage pays;
+    ``request_overhead_s``: the API server's time per request before the router; ``closed``:
     a closed loop's users and think time; ``replica_rate``: the SLA planner's sustainable
     req/s per replica, sim/pricing/capacity.py; ``tiers``: each replica's KV tiers,
     sim/pricing/links.py: tier_specs)."""
@@ -291,7 +293,7 @@ def build_core(scenario, table_: RequestTable, *, step_overhead_s: float = 0.0,
     return core_of(engines_of(scenario, tiers), table_, seed=scenario.seed, router=x.policy, balance=x.balance_abs,
                    no_match=x.no_match, refresh_s=x.refresh, delay_s=x.delay_s, add_routed=x.adds_routed,
                    pipeline=pipe, link=link, closed=closed, autoscale=scale_settings(scenario, replica_rate),
-                   selective=selective)
+                   selective=selective, frontend_s=request_overhead_s)
 
 
 def cold_start_s(scenario) -> float:
@@ -321,12 +323,13 @@ def core_of(engines: list[EngineSpec], requests: RequestTable, *, seed: int = 0,
             balance: int = 0, no_match: str = "least-loaded", refresh_s: float = 0.0, delay_s: float = 0.0,
             add_routed: bool = False, pipeline: np.ndarray | None = None, link: np.ndarray | None = None,
             closed: tuple[int, float] | None = None, autoscale: np.ndarray | None = None,
-            selective: tuple[int | None, int | None] | None = None) -> Core:
+            selective: tuple[int | None, int | None] | None = None, frontend_s: float = 0.0) -> Core:
     """A core over these engines (consecutive engines of one replica are its pipeline's). Its
     routers see the replicas' load sampled every ``refresh_s`` (0: exactly), each sample
     ``delay_s`` late, plus what they routed since it when ``add_routed``; ``autoscale``: the
     autoscaler's settings (``scale_settings``), None for a fixed fleet; ``selective``:
-    disaggregation's local_prefill_tokens and max_prefill_queue (sim/core/disagg.py)."""
+    disaggregation's local_prefill_tokens and max_prefill_queue (sim/core/disagg.py); ``frontend_s``:
+    each request reaches the router this long after it is sent (RunTime.FRONTEND)."""
     E = len(engines)
     R = engines[-1].replica + 1
     ints = np.int64
@@ -382,11 +385,12 @@ def core_of(engines: list[EngineSpec], requests: RequestTable, *, seed: int = 0,
     run_counters[RunCounter.PREFILL_QUEUE] = -1 if selective is None or selective[1] is None else selective[1]
     run_times[RunTime.THINK] = closed[1] if closed else 0.0
     run_times[RunTime.NEXT_ARRIVAL] = np.inf
+    run_times[RunTime.FRONTEND] = frontend_s
     rows = lambda *shape: np.zeros(shape, dtype=ints)  # noqa: E731
     classes = len(requests.class_names)
     levels = requests.num_levels
     effects = 2 * requests.n + 4 * E + 64  # a request sends and lands once; an engine wakes, times, steps
-    fleet = fleet_of(R, requests, autoscale)
+    fleet = fleet_of(R, requests, autoscale, frontend_s)
     effects += R  # a tick may start every replica
     if autoscale is not None:
         routers[FRONT, Routing.COUNT] = int(autoscale[Scale.START])  # the initial replicas serve
@@ -434,7 +438,7 @@ def tiers_of(engines: list[EngineSpec]) -> dict:
                 tier_keys=np.zeros(max(1, most), dtype=np.int64))
 
 
-def fleet_of(R: int, requests: RequestTable, autoscale: np.ndarray | None) -> dict:
+def fleet_of(R: int, requests: RequestTable, autoscale: np.ndarray | None, frontend_s: float = 0.0) -> dict:
     """Each replica's state (all ACTIVE for a fixed fleet; the initial ones ACTIVE, logged at
     0, when autoscaled) and the autoscaler's tables, sized for the most changes it can make:
     a tick changes each replica at most twice (a drained one stops, then restarts) and a
@@ -450,7 +454,7 @@ def fleet_of(R: int, requests: RequestTable, autoscale: np.ndarray | None) -> di
     start = int(scale[Scale.START])
     fleet[start:] = OFF
     interval = scale[Scale.INTERVAL]
-    last = float(requests.arrival.max()) if requests.n else 0.0
+    last = float(requests.arrival.max()) + frontend_s if requests.n else 0.0
     ticks = 2 * (int(last / interval) + 2)
     log = np.zeros((start + 3 * R * ticks + 16, 3))
     log[:start, 1] = np.arange(start)

@@ -195,5 +195,6 @@ def _arrival_horizon(c, L, e):
     rid = c.run_counters[RunCounter.NEXT_RID] + offset
     if rid >= c.req.arrival.shape[0]:
         return np.inf
-    t = c.req.arrival[rid]  # planned; its event lands within an ulp of it: stop a little before
+    # planned (and the API server's time); its event lands within an ulp of it: stop a little before
+    t = c.req.arrival[rid] + c.run_times[RunTime.FRONTEND]
     return t - abs(t) * 1e-15

@@ -23,7 +23,7 @@ from sim.core.plan import Executor
 from sim.core.requests import RequestTable
 from sim.core.state import Replica, ScaleCounter, Setting, build_core
 from sim.errors import ScenarioError
-from sim.pricing import CostModelExecutor, make_cost_model
+from sim.pricing import CostModelExecutor, make_cost_model, request_overhead_s
 from sim.pricing.costs import add_counts, encode, extrapolation_warnings
 from sim.pricing.links import tier_specs
 from sim.pricing.profiled import COUNTERS
@@ -69,7 +69,7 @@ def simulate(scenario: Scenario, *, cost=None, scale: float = 1.0, progress: Cal
     replica's cost model (or by ``cost``, one RooflineCost or ProfiledCost for every engine)
     times ``scale`` (a machine's drift since calibration)."""
     wall = time.perf_counter()
-    run = _Run(scenario, workload)
+    run = _Run(scenario, workload, request_overhead_s(scenario))
     costs = engine_costs(scenario) if cost is None else [cost] * run.core.counters.shape[0]
     if not _compiled_loop(scenario):
         return _on_simpy(run, [CostModelExecutor(c, scale) for c in costs], simpy.Environment(), None, progress,
@@ -89,7 +89,8 @@ def drive(scenario: Scenario, executor_factory: Callable[[int], Executor], *, en
           clock: Callable[[], float] | None = None, mode: str = "execute", workload=None) -> RunResult:
     """Run ``scenario``'s steps on executors (``executor_factory(e)``: engine e's — a real
     engine, or any Executor) over the SimPy loop; in real time given a real-time ``env`` and its
-    wall ``clock`` (a step then lasts at least what it took)."""
+    wall ``clock`` (a step then lasts at least what it took). The engine runs in process:
+    requests reach it as sent (no API server's overhead)."""
     if isinstance(env, simpy.RealtimeEnvironment):
         _compile_entries(scenario)
     wall = time.perf_counter()
@@ -108,16 +109,18 @@ def _compile_entries(scenario: Scenario) -> None:
 
 
 class _Run:
-    """A run's traffic, request table, core and step log."""
+    """A run's traffic, request table, core and step log (``request_overhead_s``: the API
+    server's time per request before the router)."""
 
-    def __init__(self, scenario: Scenario, workload=None):
+    def __init__(self, scenario: Scenario, workload=None, request_overhead_s: float = 0.0):
         self.scenario = scenario
         self.workload = workload if workload is not None else build_workload(scenario)
         self.table = RequestTable.from_workload(self.workload)
         self.closed = self.workload.closed_loop
         self.replica_rate = _replica_rate(scenario, self.workload)
         self.core = build_core(scenario, self.table, step_overhead_s=engine_of(scenario).step_overhead_s,
-                               closed=self.closed, replica_rate=self.replica_rate, tiers=tier_specs(scenario))
+                               closed=self.closed, replica_rate=self.replica_rate, tiers=tier_specs(scenario),
+                               request_overhead_s=request_overhead_s)
         self.log = StepLog()
 
     def collect(self, wall_s: float, mode: str, extrapolated: dict[str, int]) -> RunResult:

@@ -45,4 +45,15 @@ def make_cost_model(scenario, replica=None):
     return ProfiledCost(profile, roofline)
 
 
-__all__ = ["CostModelExecutor", "RooflineCost", "make_cost_model", "roofline_for"]
+def request_overhead_s(scenario) -> float:
+    """The API server's time per request outside the steps (its TTFT and E2E carry it): a
+    profile's measured ``request_overhead_s``, else the engine's fitted one (or the scenario's
+    ``engine.request_overhead_s``)."""
+    if scenario.cost.model == "profile":
+        from sim.pricing.profile import load_profile
+
+        return float(load_profile(scenario.resolve(scenario.cost.profile)).request_overhead_s)
+    return float(scenario.engine.cost.request_overhead_s)
+
+
+__all__ = ["CostModelExecutor", "RooflineCost", "make_cost_model", "request_overhead_s", "roofline_for"]

@@ -28,7 +28,8 @@ METRICS = ("ttft", "tpot", "e2e", "throughput")  # the benchmark's families: ttf
 LABELS = {"ttft": "TTFT", "tpot": "TPOT/ITL", "e2e": "E2E", "throughput": "throughput"}
 FAMILY = {"ttft": "ttft", "itl-tpot": "tpot", "e2e": "e2e", "throughput": "throughput"}
 MIN_CASES = 3  # fewer cases than this at one level of closeness: look one level broader
-ENGINE_LABELS = {"vllm": "vLLM", "sglang": "SGLang", "tensorrt-llm": "TensorRT-LLM", "lmdeploy": "LMDeploy"}
+ENGINE_LABELS = {"vllm": "vLLM V1", "vllm-v0": "vLLM V0", "sglang": "SGLang", "tensorrt-llm": "TensorRT-LLM 1.x",
+                 "tensorrt-llm-0.x": "TensorRT-LLM 0.x", "lmdeploy": "LMDeploy", "llama.cpp": "llama.cpp"}
 ARCH_LABELS = {"cdna3": "CDNA3", "cdna4": "CDNA4"}  # else capitalized: Hopper, Ampere, ...
 # the keys a case must share with the run (and the metric), from nearest to broadest
 LEVELS = (("gpu", "engine", "dtype", "model"), ("arch", "engine", "dtype", "model"),

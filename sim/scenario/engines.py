@@ -17,8 +17,9 @@ import yaml
 
 FILE = "engines.yaml"
 DEFAULT_ENGINE = "vllm"
+DEFAULT_GPU = "H100-SXM"  # hardware.gpu where a scenario gives none (sim/scenario/schema.py: Hardware)
 COST_FIELDS = ("step_overhead_s", "row_overhead_s", "layer_latency_s", "eager_layer_latency_s", "decode_gqa_reread",
-               "allreduce_latency_scale")
+               "allreduce_latency_scale", "request_overhead_s")
 
 
 @cache
@@ -26,7 +27,8 @@ def presets() -> dict[str, dict]:
     return yaml.safe_load(resources.files("sim.scenario.data").joinpath(FILE).read_text())
 
 
-ENGINE_NAMES = ("vllm", "sglang", "tensorrt-llm", "lmdeploy", "llama.cpp")
+# The presets by release family, as users name them (engines.yaml says which releases each covers).
+ENGINE_NAMES = ("vllm", "vllm-v0", "sglang", "tensorrt-llm", "tensorrt-llm-0.x", "lmdeploy", "llama.cpp")
 
 
 @dataclass(frozen=True)
@@ -46,16 +48,27 @@ class EngineCost:
     # The engine's small all-reduce latency as a multiple of the link's (its own kernels: vLLM's and
     # SGLang's custom one-shot all-reduce, TensorRT-LLM's, NCCL), for tp > 1.
     allreduce_latency_scale: float = 1.0
+    # The API server's time per request outside the steps (HTTP, tokenisation, the scheduler's
+    # pick-up, detokenisation and streaming): a request reaches the scheduler this long after it
+    # is sent, so its TTFT and E2E carry it (sim/core/handlers.py: arrivals). 0 for an engine
+    # driven in process (an offline benchmark).
+    request_overhead_s: float = 0.0
 
 
 def engine_cost(name: str, **overrides: float | None) -> EngineCost:
     """The engine's fitted overheads, with any given (not None) override."""
     from sim.scenario.specs.efficiency import calibrated
 
-    base = calibrated()["engines"].get(name, {}) if fitted(name) else {}
+    base = calibrated()["engines"].get(overheads_of(name), {}) if fitted(name) else {}
     default = EngineCost()
     return EngineCost(**{f: float(overrides[f] if overrides.get(f) is not None else base.get(f, getattr(default, f)))
                          for f in COST_FIELDS})
+
+
+def overheads_of(name: str) -> str:
+    """Whose fitted overheads the engine takes: its own, or (``overheads_from``) an earlier release
+    family's where no published case of its own could fit them."""
+    return presets()[name].get("overheads_from", name)
 
 
 def fitted(name: str) -> bool:
@@ -90,6 +103,51 @@ def _name(engine: Any) -> str | None:
     return None
 
 
+def gpu_defaults(name: str, gpu: Any) -> dict:
+    """The preset's scheduler defaults for ``gpu`` (a catalog name or a definition as the scenario
+    writes it): its ``scheduler``, under the first of its ``gpu_defaults`` whose ``min_memory_gib``
+    the GPU has and whose ``not_arch`` it is not (vLLM V1 sizes its token budget and sequence limit
+    by the device's memory and name: vllm/engine/arg_utils.py)."""
+    p = presets()[name]
+    out = dict(p.get("scheduler", {}))
+    spec = _gpu_spec(gpu)
+    for rule in p.get("gpu_defaults", ()):
+        if spec is None:
+            break
+        if spec.memory_bytes >= rule.get("min_memory_gib", 0) * 2**30 and spec.arch not in rule.get("not_arch", ()):
+            out.update(rule["scheduler"])
+            break
+    return out
+
+
+def _gpu_spec(gpu: Any):
+    """The GpuSpec a scenario's ``hardware.gpu`` names or defines, or None (validation reports it)."""
+    from sim.scenario.gpu_input import GpuDefinition
+    from sim.scenario.specs.gpus import get_gpu
+
+    try:
+        if isinstance(gpu, str):
+            return get_gpu(gpu)
+        if isinstance(gpu, dict):
+            return GpuDefinition.model_validate(gpu).spec()
+    except (KeyError, ValueError):
+        return None
+    return None
+
+
+def _scheduler(section: Any, name: str, gpu: Any) -> Any:
+    """``section`` (the scenario's scheduler) with the preset's defaults for ``gpu`` under it."""
+    defaults = gpu_defaults(name, gpu)
+    own = section if isinstance(section, dict) else {}
+    policy = own.get("policy", defaults.get("policy"))
+    # a sequence limit left to the preset stays within the step's token budget the scenario sets
+    # (vLLM: max_num_seqs = min(its default, max_num_batched_tokens); vllm/engine/arg_utils.py)
+    budget = own.get("chunk_size" if policy == "chunked-prefill" else "max_batched_tokens")
+    if "max_num_seqs" not in own and isinstance(budget, int) and "max_num_seqs" in defaults:
+        defaults = {**defaults, "max_num_seqs": max(1, min(defaults["max_num_seqs"], budget))}
+    return _fill(section, defaults)
+
+
 def _fill(section: Any, defaults: dict) -> Any:
     """``section`` (a mapping, or absent) with the preset's defaults under the fields it sets."""
     if section is None:
@@ -107,22 +165,36 @@ def with_engine_defaults(data: dict) -> dict:
         return data  # validation names the unknown engine
     p = presets()[name]
     out = dict(data)
-    out["scheduler"] = _fill(out.get("scheduler"), p.get("scheduler", {}))
+    gpu = _gpu_of(out.get("hardware"), DEFAULT_GPU)
+    own = out.get("scheduler")
+    out["scheduler"] = _scheduler(own, name, gpu)
     out["hardware"] = _fill(out.get("hardware"), p.get("hardware", {}))
     groups = out.get("replica_groups")
     if isinstance(groups, list):
-        out["replica_groups"] = [_group(g, p) for g in groups]
+        out["replica_groups"] = [_group(g, name, gpu, own) for g in groups]
     dis = out.get("disaggregation")
     if isinstance(dis, dict):
-        out["disaggregation"] = {k: (_group(v, p) if k in ("prefill", "decode") else v) for k, v in dis.items()}
+        out["disaggregation"] = {k: (_group(v, name, gpu, own) if k in ("prefill", "decode") else v)
+                                 for k, v in dis.items()}
     return out
 
 
-def _group(g: Any, p: dict) -> Any:
+def _gpu_of(hardware: Any, default: Any = None) -> Any:
+    return hardware.get("gpu", default) if isinstance(hardware, dict) else default
+
+
+def _group(g: Any, name: str, gpu: Any, top: Any) -> Any:
+    """A replica group (or pool) with the defaults of its own GPU: a group on another GPU than the
+    scenario's that leaves its scheduler out takes the scenario's own fields over its GPU's
+    defaults (``top``: the scenario's scheduler as written)."""
     if not isinstance(g, dict):
         return g
     g = dict(g)
-    for part in ("scheduler", "hardware"):
-        if isinstance(g.get(part), dict):
-            g[part] = _fill(g[part], p.get(part, {}))
+    own_gpu = _gpu_of(g.get("hardware"), gpu)
+    if g.get("scheduler") is None and own_gpu != gpu and (top is None or isinstance(top, dict)):
+        g["scheduler"] = dict(top or {})
+    if isinstance(g.get("scheduler"), dict):
+        g["scheduler"] = _scheduler(g["scheduler"], name, own_gpu)
+    if isinstance(g.get("hardware"), dict):
+        g["hardware"] = _fill(g["hardware"], presets()[name].get("hardware", {}))
     return g

@@ -26,6 +26,7 @@ from pydantic import (
 from sim.scenario.engines import (
     COST_FIELDS,
     DEFAULT_ENGINE,
+    DEFAULT_GPU,
     ENGINE_NAMES,
     EngineCost,
     engine_cost,
@@ -119,7 +120,7 @@ class ExpertLoad(Strict):
 
 
 class Hardware(Strict):
-    gpu: GpuField = "H100-SXM"  # a catalog name, or a definition (sim/scenario/gpu_input.py)
+    gpu: GpuField = DEFAULT_GPU  # a catalog name, or a definition (sim/scenario/gpu_input.py)
     tp: PositiveInt = 1
     pp: PositiveInt = 1
     expert_parallel: bool = False  # MoE: split experts over the TP GPUs instead of their columns
@@ -660,6 +661,7 @@ class Engine(Strict):
     eager_layer_latency_s: NonNegativeFloat | None = None  # more per layer in steps that prefill (no CUDA graph)
     decode_gqa_reread: Annotated[float, Field(ge=0, le=1)] | None = None  # extra KV reads per grouped query head
     allreduce_latency_scale: NonNegativeFloat | None = None  # the engine's all-reduce latency / the link's
+    request_overhead_s: NonNegativeFloat | None = None  # per request: the API server's time outside the steps
     memory_of: Literal["total", "free"] | None = None  # what hardware.memory_utilization is a share of
     # where a linear-attention / SSM layer's state per request lives: taken from the KV blocks by
     # each running request (pool) or reserved for max_num_seqs requests (reserved); sim/scenario/memory.py

@@ -6,10 +6,13 @@ from sim.scenario.load import scenario_from_dict
 
 
 def scenario(**fields):
-    """A small scenario: tiny traffic on Llama-3-8B / H100, overridable per field."""
+    """A small scenario: tiny traffic on Llama-3-8B / H100, overridable per field. Its engine is
+    vLLM V0's preset (continuous batching, whole prompts: what the core's tests are written on)
+    with no API server's time per request; a test of the presets or of that overhead sets ``engine``."""
     base = {
         "name": "test",
         "model": "llama-3-8b",
+        "engine": {"name": "vllm-v0", "request_overhead_s": 0.0},
         "workload": {
             "num_requests": 200,
             "arrival": {"process": "poisson", "rate": 20},

@@ -16,6 +16,8 @@ from sim.study.worker import execute_run
 KNOWN = {
     "name": "known",
     "model": "llama-3-8b",
+    # no API server's time per request: a request's TTFT is then the server's time on it (D/D/1)
+    "engine": {"name": "vllm", "request_overhead_s": 0.0},
     "scheduler": {"policy": "continuous", "max_num_seqs": 1},
     "workload": {
         "num_requests": 200,

@@ -29,9 +29,18 @@ def _arch(gpu: GpuSpec) -> dict:
 
 
 def math_class(gpu: GpuSpec, dtype: str) -> str:
-    """The tensor-core class a GEMM in ``dtype`` runs on: 8-bit (fp8, int8 where the GPU has 8-bit
-    tensor cores) or 16-bit (everything else, weight-only formats included)."""
-    return "fp8" if gpu.peak_flops(dtype) > gpu.bf16_flops else "bf16"
+    """The tensor-core class a GEMM in ``dtype`` runs on: 4-bit (fp4 where the GPU has FP4 tensor
+    cores), 8-bit (fp8, int8 where it has 8-bit ones), 16-bit with 4-bit weights dequantized in the
+    kernel (``w4``: int4, or fp4 on a GPU without FP4 tensor cores; W4A16 kernels such as Marlin's
+    or the MXFP4 MoE kernels on Hopper), or 16-bit (everything else)."""
+    if gpu.peak_flops(dtype) <= gpu.bf16_flops:
+        return "w4" if dtype in ("int4", "fp4") else "bf16"
+    return "fp4" if dtype == "fp4" else "fp8"
+
+
+# the curve a class takes where its architecture has none fitted: FP4 math its 8-bit curve (at the
+# FP4 peak), 4-bit weights on 16-bit math the 16-bit one
+FALLBACK = {"fp4": "fp8", "w4": "bf16"}
 
 
 @dataclass(frozen=True)
@@ -65,7 +74,8 @@ class GemmCurve:
 
 
 def gemm_curve(gpu: GpuSpec, dtype: str) -> GemmCurve:
-    peak, overlap = _arch(gpu)[f"gemm_{math_class(gpu, dtype)}"]
+    arch, cls = _arch(gpu), math_class(gpu, dtype)
+    peak, overlap = arch.get(f"gemm_{cls}") or arch[f"gemm_{FALLBACK.get(cls, cls)}"]
     return GemmCurve(float(peak), float(overlap))
 
 

@@ -13,7 +13,7 @@ from sim.core.plan import StepShape
 from sim.loops.run import drive, simulate
 from sim.pricing import make_cost_model
 from sim.scenario.memory import memory_budget
-from sim.scenario.specs import get_gpu, get_model
+from sim.scenario.specs import efficiency, get_gpu, get_model
 from tests.sim.helpers import scenario
 
 LONE = {"workload__num_requests": 1,
@@ -302,11 +302,14 @@ def test_int4_weights_and_fp8_kv():
     embed = base.model_spec.embedding_params * 2  # embeddings and LM head stay in bf16
     assert s.memory.weight_bytes == pytest.approx((base.memory.weight_bytes - embed) / 4 + embed)
     assert s.memory.kv_bytes_per_token == pytest.approx(base.memory.kv_bytes_per_token / 2)
-    # int4 is weight-only: long prefills still run at bf16 tensor-core speed
+    # int4 is weight-only: long prefills run on the bf16 tensor cores
     p = StepShape(8192, 1, 8192, 8192**2, 0, 0, 1)
     w4 = make_cost_model(s).op_times(p)["mlp"]
     w16 = make_cost_model(base).op_times(p)["mlp"]
-    assert w4 == pytest.approx(w16, rel=0.03)  # the ridge loss left at 8192 rows differs by their bytes
+    # int4 weights run on the W4A16 kernels' curve (dequantized in the GEMM): at 8192 rows its plateau,
+    # against bf16's (the ridge loss left differs by their bytes)
+    curves = [efficiency.gemm_curve(get_gpu("H100-SXM"), d).peak_fraction for d in ("bf16", "int4")]
+    assert w4 == pytest.approx(w16 * curves[0] / curves[1], rel=0.05)
 
 
 # -- speculative decoding --------------------------------------------------------------------

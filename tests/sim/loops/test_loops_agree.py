@@ -209,6 +209,14 @@ FEATURES = {
                                     "hardware__kv_blocks": 250, **CONVERSATIONS,
                                     "kv_tiers": {"tiers": [{"medium": "shared", "capacity_gb": 2,
                                                             "bandwidth_gb_s": 2}], "load": "layerwise"}},
+    # the API server's time per request (RunTime.FRONTEND): arrivals, a closed loop's sends and a
+    # static batch's timeout all move by it
+    "request-overhead": {"engine": {"name": "vllm", "request_overhead_s": 0.03}, "replicas": 2,
+                         "router": {"policy": "round-robin"}, **BURSTY},
+    "request-overhead-closed-static": {"engine": {"name": "vllm-v0", "request_overhead_s": 0.02},
+                                       "scheduler__policy": "static", "scheduler__batch_size": 8,
+                                       "workload__arrival": {"process": "closed", "concurrency": 6,
+                                                             "think_time_s": 0.05}},
     # llama.cpp's fixed slots: requests longer than a slot rejected, the slots' contexts as KV
     "slots": {"engine": "llama.cpp", "scheduler__max_num_seqs": 4, "scheduler__slot_context": 1024,
               "scheduler__chunk_size": 512, "workload__prompt_len": {"dist": "uniform", "min": 16, "max": 1200},
@@ -387,6 +395,9 @@ def scenarios(draw, profiles):
         f["hardware"] = {"gpu": "H100-SXM", "tp": 2, "pp": 2, "kv_blocks": draw(st.sampled_from([200, 5000]))}
     f["router"] = {"policy": draw(st.sampled_from(["round-robin", "least-outstanding", "least-kv", "power-of-two",
                                                    "prefix-affinity"])), "balance_abs": draw(st.integers(0, 8))}
+    f["scheduler__prefix_caching"] = False  # the preset's default (vLLM V1: on) drawn, not taken
+    if draw(st.booleans()):  # the API server's time per request
+        f["engine"] = {"name": "vllm", "request_overhead_s": draw(st.sampled_from([0.01, 0.2]))}
     if paged and draw(st.booleans()):
         f["scheduler__prefix_caching"] = True
         if arrival != "closed" or draw(st.booleans()):
@@ -510,11 +521,11 @@ AUTOSCALE = {
         "slo": {"tpot_s": 0.03}, **SHARED, **SPIKE},
     # two spikes: a replica still provisioning is cancelled, a draining one serves again
     "autoscale-cancel-and-reactivate-power-of-two": {
-        "autoscale": {"max_replicas": 4, "target": 1, "interval_s": 0.5, "provisioning_s": 1.0, "cold_start_s": 0,
+        "autoscale": {"max_replicas": 4, "target": 1, "interval_s": 0.5, "provisioning_s": 2.0, "cold_start_s": 0,
                       "scale_down_stabilization_s": 0.0},
         "router": {"policy": "power-of-two"}, "scheduler__max_num_seqs": 8, **SPIKE,
         "workload__arrival": {"process": "poisson", "rate": {"segments": [
-            {"duration_s": 1, "rate": 5}, {"duration_s": 1, "rate": 40}, {"duration_s": 2, "rate": 2},
+            {"duration_s": 1, "rate": 5}, {"duration_s": 1, "rate": 40}, {"duration_s": 2, "rate": 0.2},
             {"duration_s": 1, "rate": 40}, {"duration_s": 40, "rate": 3}]}}},
 }
 

@@ -145,7 +145,9 @@ def test_engine_preset_sets_scheduler_defaults_a_scenario_may_override():
     assert trt.engine.memory_share_of == "free"
     own = scenario(engine="tensorrt-llm", scheduler__max_num_seqs=64)
     assert own.scheduler.max_num_seqs == 64 and own.scheduler.policy == "chunked-prefill"
-    assert scenario().engine.name == "vllm" and scenario().scheduler.policy == "continuous"
+    v1 = scenario(engine="vllm")  # vLLM V1: chunked prefill, its budget by the GPU (the helper's is V0's)
+    assert v1.scheduler.policy == "chunked-prefill" and v1.scheduler.chunk_size == 8192
+    assert scenario().engine.name == "vllm-v0" and scenario().scheduler.policy == "continuous"
 
 
 def test_engine_overrides_and_cost_fields_replace_the_presets_constants():
@@ -217,3 +219,17 @@ def test_the_shape_has_one_list_of_fields():
     decoded = np.zeros(plan.SHAPE_SIZE)
     plan.decode_shape(decoded, 3, 6 + 8 + 10)  # three decodes over their contexts
     assert np.array_equal(decodes.shape_vector(), decoded)
+
+
+def test_math_classes_and_the_curves_they_fall_back_to():
+    """4-bit weights on 16-bit math (W4A16) have a curve of their own where it is fitted, else the
+    16-bit one; FP4 math its own, else the 8-bit one."""
+    h100, b200, a100 = get_gpu("H100-SXM"), get_gpu("B200"), get_gpu("A100-80GB")
+    assert [efficiency.math_class(h100, d) for d in ("bf16", "fp8", "fp4", "int4")] == ["bf16", "fp8", "w4", "w4"]
+    assert [efficiency.math_class(b200, d) for d in ("fp8", "fp4")] == ["fp8", "fp4"]
+    assert efficiency.math_class(a100, "fp8") == "bf16"  # no 8-bit tensor cores: weight-only
+    arch = efficiency.calibrated()["gpus"]
+    assert "gemm_w4" not in arch["ampere"]
+    assert efficiency.gemm_curve(a100, "int4") == efficiency.gemm_curve(a100, "bf16")
+    if "gemm_w4" in arch["hopper"]:
+        assert efficiency.gemm_curve(h100, "fp4").peak_fraction == arch["hopper"]["gemm_w4"][0]

@@ -76,7 +76,7 @@ def test_a_run_with_many_replicas_writes_a_report_under_2_mb(tmp_path):
 def test_replica_groups_are_named_by_index_ranges():
     d = fleet(1)
     del d["replicas"]
-    d["replica_groups"] = [{"count": 40}, {"count": 2, "scheduler": {"policy": "chunked-prefill"}}]
+    d["replica_groups"] = [{"count": 40}, {"count": 2, "scheduler": {"max_num_seqs": 7}}]
     rows = dict(scheduler_rows(scenario_from_dict(d, "<t>")))
     assert list(rows) == ["scheduler (replicas 0–39)", "scheduler (replicas 40, 41)"]
     assert index_ranges([0, 1, 2, 5, 7, 8, 9, 10]) == "0–2, 5, 7–10"

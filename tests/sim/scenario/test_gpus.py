@@ -62,22 +62,25 @@ def test_rack_scale_gpus_share_one_nvlink_domain_of_72():
 # -- collective latencies: fitted or derived, never a bare default --------------------------------
 def test_fitted_links_keep_their_fit_and_the_others_derive_from_nvlink4():
     fitted = efficiency.calibrated()["links"]
-    for gpu, link in (("H100-SXM", "nvlink4"), ("A100-80GB", "nvlink3")):
+    for gpu, link in (("H100-SXM", "nvlink4"), ("A100-80GB", "nvlink3"), ("B200", "nvlink5")):
+        assert get_gpu(gpu).interconnect == link and link in fitted  # each has published TP > 1 cases
         base, per_peer = fitted[link]
         assert efficiency.collective_latency(get_gpu(gpu), 8) == pytest.approx(base + 7 * per_peer)
         assert efficiency.link_constants(LINKS[link])[2] == "fitted"
+    assert efficiency.collective_latency(get_gpu("B200"), 8) > 10e-6  # not the 4 µs the catalog once priced
     base, per_peer = fitted["nvlink4"]
-    b200 = efficiency.collective_latency(get_gpu("B200"), 8)
-    assert b200 == pytest.approx(base - 1e-6 + 7 * per_peer)  # NVLink 5's hop is 1 µs shorter
-    assert b200 > 40e-6  # not the 4 µs the catalog once priced it at (against 51.5 µs on H100)
-    assert efficiency.link_constants(LINKS["nvlink5"])[2] == "derived from nvlink4"
+    for link in ("xgmi", "xgmi4", "pcie4", "pcie5"):  # no published case: derived, hop latency apart
+        assert link not in fitted
+        assert efficiency.link_constants(LINKS[link]) == pytest.approx(
+            (base + LINKS[link].latency_s - LINKS["nvlink4"].latency_s, per_peer, "derived from nvlink4"))
     pcie = efficiency.collective_latency(get_gpu("L40S"), 8)
     assert pcie > efficiency.collective_latency(get_gpu("H100-SXM"), 8)  # PCIe switches add latency
 
 
 # -- TP beyond the link domain -------------------------------------------------------------------
 def test_an_nvl72_all_reduce_grows_by_a_step_per_doubling_beyond_the_fitted_8():
-    gb200, per_peer = get_gpu("GB200"), efficiency.calibrated()["links"]["nvlink4"][1]
+    gb200 = get_gpu("GB200")
+    per_peer = efficiency.link_constants(gb200.link)[1]
     at8, at64 = (efficiency.collective_latency(gb200, n) for n in (8, 64))
     assert at64 - at8 == pytest.approx(3 * per_peer)  # 8 → 64: three doublings
     assert at64 < 2 * at8
@@ -232,8 +235,10 @@ def test_list_gpus_shows_fp4_link_domain_power_and_sources(capsys):
     gb300 = rows["GB300-NVL72"]
     assert gb300["fp4_tflops"] == 15000 and gb300["link_domain"] == 72 and gb300["power_w"] == 1400
     assert gb300["source"] and gb300["source_date"] and gb300["price_date"]
-    assert rows["H100-SXM"]["allreduce_latency"] == "fitted" and rows["H100-SXM"]["allreduce_domain_us"] == 51.5
-    assert gb300["allreduce_latency"] == "derived from nvlink4"
+    base, per_peer = efficiency.calibrated()["links"]["nvlink4"]
+    assert rows["H100-SXM"]["allreduce_latency"] == "fitted"
+    assert rows["H100-SXM"]["allreduce_domain_us"] == round((base + 7 * per_peer) * 1e6, 1)
+    assert gb300["allreduce_latency"] == "fitted" and rows["MI355X"]["allreduce_latency"] == "derived from nvlink4"
     assert main(["list", "gpus"]) == 0
     out = capsys.readouterr().out
     assert "domain" in out and "fp4" in out and "MI355X" in out

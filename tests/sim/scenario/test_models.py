@@ -278,7 +278,8 @@ def test_windowed_models_name_what_prefix_caching_leaves_approximate():
     assert "gemma-3-27b" in notes and "52 sliding-window layers" in notes
     assert "until the block itself is evicted" in notes
     assert "over-counted" not in notes and "vision tower" in notes
-    capped = " ".join(load_scenario(None, ["model=gemma-3-27b", "hardware.gpu=H100"]).model_notes)
+    capped = " ".join(load_scenario(None, ["model=gemma-3-27b", "hardware.gpu=H100",
+                                           "scheduler.prefix_caching=false"]).model_notes)
     assert "vision tower" in capped and "evicted" not in capped
     assert load_scenario(None, ["model=llama-3-8b", "scheduler.prefix_caching=true"]).model_notes == []
 
@@ -351,7 +352,8 @@ def test_families_read_from_their_config(tmp_path, name):
 
 def test_fp4_weights_stream_their_bits_and_compute_where_the_gpu_can():
     """NVFP4 weights: 4 bits and an fp8 scale per 16 (4.5 bits) to read; on Hopper the math runs
-    in bf16 (weight-only), on a GPU with fp4 tensor cores at its fp4 rate (gpu.peak_flops)."""
+    in bf16 with the weights dequantized in the kernel (the W4A16 curve, ``w4``), on a GPU with fp4
+    tensor cores at its fp4 rate (gpu.peak_flops)."""
     from sim.core.plan import StepShape
     from sim.pricing import RooflineCost
     from sim.scenario.specs import efficiency
@@ -360,10 +362,12 @@ def test_fp4_weights_stream_their_bits_and_compute_where_the_gpu_can():
     decode, prefill = StepShape(1, 1, 0, 0, 1, 100, 1), StepShape(8192, 1, 8192, 8192**2, 0, 0, 1)
     bf16, fp4 = (RooflineCost(m, h100, weight_dtype=w, engine="vllm") for w in (None, "fp4"))
     # (the activations it streams and the ridge's overlap add the last percent)
-    assert fp4.op_times(decode)["mlp"] == pytest.approx(bf16.op_times(decode)["mlp"] * 4.5 / 16, rel=0.015)
+    assert fp4.op_times(decode)["mlp"] == pytest.approx(bf16.op_times(decode)["mlp"] * 4.5 / 16, rel=0.05)
     assert h100.peak_flops("fp4") == h100.bf16_flops  # no fp4 tensor cores: weight-only
-    assert efficiency.math_class(h100, "fp4") == "bf16"
-    assert fp4.op_times(prefill)["mlp"] == pytest.approx(bf16.op_times(prefill)["mlp"], rel=0.02)
+    assert efficiency.math_class(h100, "fp4") == "w4"
+    # a large prefill runs at the plateaus: bf16's against the W4A16 kernels'
+    plateaus = efficiency.gemm_curve(h100, "bf16").peak_fraction / efficiency.gemm_curve(h100, "fp4").peak_fraction
+    assert fp4.op_times(prefill)["mlp"] == pytest.approx(bf16.op_times(prefill)["mlp"] * plateaus, rel=0.05)
     b200 = get_gpu("B200")
     fast = RooflineCost(m, b200, weight_dtype="fp4", engine="vllm").op_times(prefill)["mlp"]
     slow = RooflineCost(m, b200, engine="vllm").op_times(prefill)["mlp"]
