@@ -46,9 +46,11 @@ def make_cost_model(scenario, replica=None):
 
 
 def request_overhead_s(scenario) -> float:
-    """The API server's time per request outside the steps (its TTFT and E2E carry it): a
-    profile's measured ``request_overhead_s``, else the engine's fitted one (or the scenario's
-    ``engine.request_overhead_s``)."""
+    """The API server's time per request outside the steps (its TTFT and E2E carry it): the
+    scenario's ``engine.request_overhead_s`` where it sets one, else a profile's measured one,
+    else the engine family's fitted one."""
+    if scenario.engine.request_overhead_s is not None:
+        return float(scenario.engine.request_overhead_s)
     if scenario.cost.model == "profile":
         from sim.pricing.profile import load_profile
 

@@ -82,3 +82,13 @@ def test_request_overhead_keeps_the_kv_tiers_summary(tmp_path):
     s = simulate_measured(sc, w, w.arrival).summary
     assert s["kv_tiers"]["tiers"]["cpu"]["hit_tokens"] > 0
     assert s["prefix_hit_rate"] > 0
+
+
+def test_a_scenario_sets_the_request_overhead_over_its_profiles(tmp_path):
+    from sim.pricing import request_overhead_s
+
+    sc = scenario(profile(tmp_path, 0.05), {"process": "poisson", "rate": 0.5})
+    assert request_overhead_s(sc) == 0.05
+    data = sc.model_dump(mode="json", exclude={"base_dir"}, exclude_unset=True)
+    data["engine"] = {"name": "vllm", "request_overhead_s": 0.0}
+    assert request_overhead_s(scenario_from_dict(data, "<t>")) == 0.0
