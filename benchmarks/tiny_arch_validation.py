@@ -224,6 +224,7 @@ def resimulate_arch(name: str, args) -> dict:
     kv = kv_blocks_of(grid.get("cache_config", {}), model_from_hf_config(TINY / name / "config.json"),
                       sched["block_size"], sched["max_num_seqs"], notes)
     fragment = yaml.safe_load(profile.with_suffix(".scenario.yaml").read_text())
+    fragment["model"] = {"hf_config": str(TINY / name / "config.json")}  # this checkout's, wherever it ran
     if kv and kv != (fragment.get("hardware") or {}).get("kv_blocks"):
         cal = summary["calibration"]
         cal.setdefault("kv_blocks_run", cal["kv_blocks"])  # what the run itself simulated with, kept once

@@ -63,7 +63,8 @@ def join_running(c, e, rid):
 def admit_waiting(c, e, token_budget, seq_budget, chunked, reserve_whole):
     """Move requests from the head of the queue into the batch while they fit: seats, this
     step's token budget (a whole prompt, or a chunk of it when ``chunked``), and KV blocks
-    (beyond the watermark). ``reserve_whole`` reserves blocks for prompt + output up front
+    (beyond the watermark: for the chunk, or, with ``Setting.ADMIT_WHOLE``, room for the whole
+    sequence so far, as vLLM V1 admits). ``reserve_whole`` reserves blocks for prompt + output up front
     (static batching). A preempted request whose prompt and output so far outgrew any step runs
     alone. Returns how many joined."""
     r = c.req
@@ -108,6 +109,11 @@ def admit_waiting(c, e, token_budget, seq_budget, chunked, reserve_whole):
         need = kv.own_blocks_in(c, e, computed + reserve, hit, n)
         pinned = kv.pin_cost(c, e, rid, hit, computed + reserve) if hit else 0
         if need + pinned > room:
+            break
+        # vLLM V1 (scheduler_reserve_full_isl): a chunk joins only if its whole sequence so far
+        # (the prompt, and a preempted request's output) would fit; only the chunk is allocated
+        if (chunked and n < remaining and c.settings[e, Setting.ADMIT_WHOLE]
+                and kv.own_blocks_in(c, e, r.num_tokens[rid], hit, n) + pinned > room):
             break
         queues.pop_front(c, e, q)
         if hit:

@@ -43,7 +43,7 @@ def columns(name: str, names: str, doc: str) -> type[IntEnum]:
 
 Setting = columns("Setting", """POLICY NUM_BLOCKS BLOCK_SIZE MAX_SEQS MAX_BATCHED CHUNK WATERMARK BATCH_SIZE
     SWAP PREFIX SPEC_K ROLE REPLICA MAX_LEN TP MULTI_STEP WINDOW_BLOCKS WINDOW_PPM WINDOW STATE_PPM
-    TIERS LOAD_MODE MIN_LOAD WRITE""",
+    TIERS LOAD_MODE MIN_LOAD WRITE ADMIT_WHOLE""",
                   "An engine's settings: settings[e, Setting.X] (int64). WINDOW*: sliding-window layers' cap "
                   "(WINDOW: their window in tokens); STATE_PPM: a running request's linear-attention / SSM "
                   "state taken from the blocks, in millionths of a block (sim/core/kvblocks.own_blocks_in); "
@@ -348,7 +348,8 @@ def core_of(engines: list[EngineSpec], requests: RequestTable, *, seed: int = 0,
             spec_k=s.speculative.num_tokens if s.speculative else 0, role=ROLES[x.role], replica=x.replica,
             max_len=x.max_model_len, tp=x.tp, multi_step=s.num_scheduler_steps, window_blocks=x.window_blocks,
             window_ppm=x.window_ppm, window=x.window, state_ppm=x.state_ppm, tiers=len(x.tiers),
-            load_mode=TIER_LOADS[x.tier_load], min_load=x.min_load_blocks, write=TIER_WRITES[x.tier_write])
+            load_mode=TIER_LOADS[x.tier_load], min_load=x.min_load_blocks, write=TIER_WRITES[x.tier_write],
+            admit_whole=s.admit_whole_prompt)
         put(float_settings[e], FloatSetting, batch_timeout=s.batch_timeout_s)
         counters[e, Counter.FREE] = x.num_blocks
         counters[e, Counter.HOST_FREE] = x.host_blocks

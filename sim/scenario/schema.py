@@ -370,6 +370,9 @@ class Scheduler(Strict):
     batch_size: PositiveInt = 32  # static batching
     batch_timeout_s: NonNegativeFloat = 0.1  # static batching: longest wait to fill a batch
     watermark: Annotated[float, Field(ge=0, lt=0.5)] = 0.01  # KV blocks kept free at admission
+    # chunked prefill: admit a request only when its whole prompt (and a preempted request's output
+    # so far) fits the free KV blocks, not just its first chunk (vLLM V1's scheduler_reserve_full_isl)
+    admit_whole_prompt: bool = False
     preemption: Literal["recompute", "swap"] = "recompute"
     prefix_caching: bool = False
     speculative: Speculative | None = None
