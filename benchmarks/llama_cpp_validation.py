@@ -8,8 +8,9 @@ Starts llama-server on 127.0.0.1 (SmolLM2-135M Q4_1, ``--slots`` slots of ``--sl
 tokens, one thread, pinned to ``--server-cpu``), records what it publishes about itself
 (``tests/endpoint/data/server_answers/llama-server.json``, for the tests of
 ``endpoint/server_info.py``), runs ``servesim calibrate --endpoint``'s calibration, validates a
-light and a heavy Poisson workload (the heavy one queues for the slots) and a closed loop of
-more users than slots, and writes one folder per workload plus ``summary.json`` and
+light and a heavy Poisson workload (the heavy one queues for the slots), a closed loop of
+more users than slots, prompts of most of a slot's context, and long outputs from more users
+than slots, and writes one folder per workload plus ``summary.json`` and
 ``README.md`` (``--commit``: into ``benchmarks/results/llama-cpp/``).
 """
 
@@ -55,6 +56,15 @@ def workloads(quick: bool) -> dict[str, dict]:
         "poisson-light": {"num_requests": n(30), "arrival": {"process": "poisson", "rate": 0.5}, **SYNTH},
         "poisson-heavy": {"num_requests": n(40), "arrival": {"process": "poisson", "rate": 3.0}, **SYNTH},
         "closed-loop": {"num_requests": n(32), "arrival": {"process": "closed", "concurrency": 8}, **SYNTH},
+        # prompts of 60-90% of a slot's context: prefill in n_batch chunks dominates
+        "long-prompts": {"num_requests": n(20), "arrival": {"process": "poisson", "rate": 0.6},
+                         "prompt_len": {"dist": "uniform", "min": 600, "max": 900},
+                         "output_len": {"dist": "uniform", "min": 16, "max": 64}},
+        # long outputs, more users than slots: each slot holds its request's whole context while
+        # it decodes (fixed slots never preempt; the others wait for a slot)
+        "long-outputs": {"num_requests": n(16), "arrival": {"process": "closed", "concurrency": 6},
+                         "prompt_len": {"dist": "uniform", "min": 64, "max": 256},
+                         "output_len": {"dist": "uniform", "min": 256, "max": 512}},
     }
 
 

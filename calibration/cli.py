@@ -85,6 +85,10 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--force", action="store_true", help="with --endpoint: write the profile even when its "
                    "saturation check misses the measured closed loop by more than 5%%")
+    p.add_argument("--time-budget", type=float, default=600.0, metavar="S",
+                   help="with --endpoint: plan the probes to finish in about S seconds (rounds of the grid after "
+                        "the first, and the saturation loop's requests, are cut to fit; said in the profile's "
+                        "notes); 0: no budget (default 600)")
     add_engine_options(p)
     add_endpoint_options(p, "calibrate")
     p.set_defaults(func=cmd_calibrate)

@@ -28,6 +28,7 @@ from sim.pricing.profile import Device, LinearFit, Ops, Profile, Table
 SPEED_PROBE = (256, 16, 2)  # lone requests one after another: prompt, output tokens, how many
 SPEED_BATCH = (8, 128, 32)  # then requests at once, prompt, output tokens: a loaded server's steps
 SATURATION = (256, 64)  # the closed loop's prompt and output tokens
+MAX_SEQS_PROBE = (16, 48)  # the sequence-limit probe's requests: prompt and output tokens
 MIN_CONTEXT = 336  # the longest fixed probe (saturation: 256 + 64) and room for a few tokens more
 
 
@@ -43,7 +44,8 @@ class Settings:
     seed: int = 0
     progress: bool = True
     request_timeout: float = 600.0  # seconds per probe request
-    time_limit: float | None = None  # seconds for the whole calibration
+    time_limit: float | None = None  # seconds for the whole calibration (a hard stop)
+    time_budget: float | None = 600.0  # seconds the probes are planned to fit in (rounds, saturation)
     notes: list[str] = field(default_factory=list)
 
 
@@ -58,7 +60,18 @@ def grid(s: Settings, max_len: int) -> dict:
     # shape of the cost in b: where the floor ends), a few at longer ones (the KV-read term)
     points = [(b, 32) for b in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)] + [(1, 512), (4, 512), (16, 512),
                                                                         (1, 1536), (4, 1536)]
-    return {"ttft_prompts": [p for p in (8, 32, 64, 128, 256, 384, 512, 768, 1024, 1536, 2000) if p <= cap],
+    prompts = [8, 32, 64, 128, 256, 384, 512, 768, 1024, 1536, 2000]
+    # decodes at the longest context a probe reaches (its prompt, then 32 new tokens): validation's
+    # long prompts decode there (a 1,024-token slot's 900-token decodes were extrapolated before)
+    far = cap - 48
+    if far > 600:
+        points += [(1, far), (4, far)]
+    if cap > 2600:  # a longer context: its prompts, and decodes between, too
+        prompts += [(2000 + cap) // 2]
+        points += [(2, (far + 1536) // 2)]
+    if all(abs(p - cap) > 0.1 * cap for p in prompts if p <= cap):  # the longest prompt it takes
+        prompts.append(cap)
+    return {"ttft_prompts": [p for p in prompts if p <= cap],
             "rounds": 3, "decode_points": points, "decode_tokens": 32,
             "mixed_batches": [1, 4, 12], "mixed_prompts": [0.25, 0.5, 0.9],
             "max_seqs_requests": 64, "saturation_requests": 40, "budget_tokens": 8192}
@@ -163,7 +176,7 @@ def calibrate(s: Settings, vocab: WordVocab, log=print, data: ProbeData | None =
             phase("max running sequences", 1)
             n = g["max_seqs_requests"]
             data.max_seqs_sent = n
-            data.max_running = prober.max_seqs(n)
+            data.max_running = prober.max_seqs(n, *MAX_SEQS_PROBE)
             end("max running sequences")
             if data.max_running is None:
                 max_seqs = 256
@@ -173,19 +186,31 @@ def calibrate(s: Settings, vocab: WordVocab, log=print, data: ProbeData | None =
                 s.notes.append(f"max running sequences: all {n} probe requests ran at once; assumed {max_seqs}")
             else:
                 max_seqs = int(data.max_running)
-                s.notes.append(f"max running sequences {max_seqs}: running requests plateaued there "
-                               f"with {n} sent at once")
+                held, per = info.kv_blocks(block), -(-(MAX_SEQS_PROBE[0] + MAX_SEQS_PROBE[1]) // block)
+                if held and max_seqs * per > held - per:  # the probes filled the cache: its limit, maybe
+                    max_seqs = max(max_seqs, held)
+                    s.notes.append(f"max running sequences ≥ {int(data.max_running)}: running requests plateaued "
+                                   f"there with {n} sent at once, {per} KV block(s) each, when the cache's {held} "
+                                   f"blocks were full, so the server's limit may be higher; taken as {max_seqs} "
+                                   "(one block each at most: the KV cache binds before it)")
+                else:
+                    s.notes.append(f"max running sequences {max_seqs}: running requests plateaued there "
+                                   f"with {n} sent at once")
 
         # Every point once per round, all kinds shuffled together: a slow spell of a shared
         # machine lands on TTFT, decode and mixed points alike (and the fit takes each point's
         # median over the rounds), rather than on one whole phase.
         points = [("ttft", p, 0) for p in g["ttft_prompts"]]
-        points += [("decode", b, c) for b, c in g["decode_points"]
-                   if b <= max_seqs and b * c <= g["budget_tokens"] and c + g["decode_tokens"] < max_len]
-        points += [("mixed", b, max(8, int(f * budget) - b)) for b in g["mixed_batches"]
-                   for f in g["mixed_prompts"] if b < max_seqs and f * budget < max_len - 8]
+        points += [("decode", b, c) for b, c in decode_points(g, max_seqs, max_len, block, info.kv_blocks(block))]
+        # a prompt among b decodes needs b + 1 sequences: a server of few sequences (llama.cpp's
+        # slots) is probed up to its fullest mixed step rather than at one decode only
+        mixed = sorted({min(b, max_seqs - 1) for b in g["mixed_batches"]} - {0})
+        points += [("mixed", b, max(8, int(f * budget) - b)) for b in mixed
+                   for f in g["mixed_prompts"] if f * budget < max_len - 8]
         phase("TTFT, decodes, prefill among decodes", len(points) * g["rounds"] + g["rounds"])
-        for _ in range(g["rounds"]):
+        conc, n_sat = min(max_seqs, 16), g["saturation_requests"]
+        for k in range(g["rounds"]):
+            t_round = time.perf_counter()
             order = list(points)
             rng.shuffle(order)
             for kind, a, b in order:
@@ -197,6 +222,16 @@ def calibrate(s: Settings, vocab: WordVocab, log=print, data: ProbeData | None =
                     data.gaps.append(gp)
             probes.append(speed_probe(prober))
             bar.tick()
+            left = g["rounds"] - k - 1
+            if left and s.time_budget is not None:
+                spent, round_s = time.perf_counter() - t_all, time.perf_counter() - t_round
+                sat_s = saturation_seconds(data, conc, n_sat)
+                if spent + left * round_s + sat_s > s.time_budget:
+                    s.notes.append(f"time budget {s.time_budget:g} s: {k + 1} of {g['rounds']} rounds of probes "
+                                   f"(one took {round_s:.0f} s; {spent:.0f} s spent, the saturation loop "
+                                   f"~{sat_s:.0f} s)")
+                    bar.tick(left * (len(points) + 1))
+                    break
         end("TTFT, decodes, prefill among decodes")
         speed = {k: float(np.mean([p[k] for p in probes])) for k in probes[0]}
         speed["each_s"] = [p["probe_s"] for p in probes]
@@ -209,8 +244,15 @@ def calibrate(s: Settings, vocab: WordVocab, log=print, data: ProbeData | None =
         profile = _profile(s, ident, f, sched, kv_blocks, data, speed)
         fragment = _fragment(s, sched, kv_blocks)
 
-        conc = min(max_seqs, 16)
-        n = g["saturation_requests"]
+        n = n_sat
+        if s.time_budget is not None:  # fewer requests (not fewer than two waves) where time is short
+            spent, sat_s = time.perf_counter() - t_all, saturation_seconds(data, conc, n_sat)
+            if spent + sat_s > s.time_budget:
+                n = max(2 * conc, int(n_sat * max(s.time_budget - spent, 0.0) / sat_s))
+                if n < n_sat:
+                    s.notes.append(f"time budget {s.time_budget:g} s: the saturation loop ran {n} of {n_sat} "
+                                   f"requests ({spent:.0f} s spent, {n_sat} would take ~{sat_s:.0f} s)")
+                n = min(n, n_sat)
         phase("saturation (closed loop)", n)
         recs, dur = prober.saturation(conc, n, *SATURATION)
         end("saturation (closed loop)")
@@ -219,6 +261,45 @@ def calibrate(s: Settings, vocab: WordVocab, log=print, data: ProbeData | None =
                            "records": recs}
     data.phases_s["total"] = time.perf_counter() - t_all
     return profile, fragment, data
+
+
+def decode_points(g: dict, max_seqs: int, max_len: int, block: int, kv_blocks: int | None) -> list[tuple[int, int]]:
+    """The grid's decode probes (b requests of c-token prompts at once) that the server can run
+    all at once: within its sequence limit and context, and, where its KV cache is known, within
+    it (b requests of c + the decode's tokens, in whole blocks): a point beyond the cache probes
+    the longest context that fits at its batch, and the sequence limit is probed at the longest
+    context up to 512 that fits (the shapes a loaded server runs), so every probe yields a step."""
+    out = g["decode_tokens"]
+
+    def fitting(b: int, c: int) -> int:
+        if kv_blocks is None:
+            return c
+        per = kv_blocks // b  # blocks each of b requests may hold
+        return min(c, per * block - out - 1)
+
+    points: list[tuple[int, int]] = []
+    for b, c in [*g["decode_points"], (max_seqs, 512)]:
+        c = fitting(b, c)
+        if (b <= max_seqs and c >= 16 and b * c <= g["budget_tokens"] and c + out < max_len
+                and (b, c) not in points):
+            points.append((b, c))
+    return points
+
+
+def saturation_seconds(data: ProbeData, concurrency: int, n: int) -> float:
+    """About how long the saturation loop (``n`` requests, ``concurrency`` at a time, SATURATION's
+    prompt and output) takes, from the probes so far: per wave of ``concurrency`` requests,
+    their prefills one after another and the output's decode steps at that batch (an upper
+    estimate: prefills and decodes share steps)."""
+    prompt, out = SATURATION
+    ttft = sorted((t.prompt, t.ttft) for t in data.ttft)
+    decode = [(g.batch, g.seconds) for g in data.gaps if g.kind == "decode"]
+    if not ttft or not decode:
+        return 0.0
+    first = float(np.interp(prompt, [p for p, _ in ttft], [t for _, t in ttft]))
+    nearest = min(abs(b - concurrency) for b, _ in decode)
+    step = float(np.median([x for b, x in decode if abs(b - concurrency) == nearest]))
+    return n / concurrency * (concurrency * first + out * step)
 
 
 def fit_measurements(data: ProbeData, budget: int, url: str) -> fitting.Fit:
@@ -268,19 +349,23 @@ def kv_blocks_of(cache: dict, spec=None, block: int | None = None, max_seqs: int
     (``kv_cache_memory_bytes``, KV dtype ``auto``: the model's), the blocks are that memory, less
     the state ``max_seqs`` requests hold where the engine reserves it (``state_memory`` of its
     preset: vLLM V1 takes it from the same blocks per running request instead), over one servesim
-    block's bytes."""
+    block's bytes. vLLM's null block is not counted."""
     try:
         n = int(cache["num_gpu_blocks"])
     except (KeyError, ValueError, TypeError):
         return None
+    # vLLM V1 keeps one of its blocks as the null block (vllm/v1/core/block_pool.py: BlockPool
+    # takes it off the free queue at start): a request never holds it
+    null = 1 if engine == "vllm" and n > 1 else 0
     if spec is None or not block or not (spec.windowed_layers or spec.state_bytes_per_request()):
-        return n
+        return n - null
     try:
         mem = float(cache["kv_cache_memory_bytes"])
     except (KeyError, ValueError, TypeError):
-        return n
+        return n - null
     if cache.get("cache_dtype", "auto") != "auto" or not spec.kv_bytes_per_token():
-        return n
+        return n - null
+    mem *= (n - null) / n
     from sim.scenario.engines import presets
 
     pooled = presets().get(engine, {}).get("state_memory", "reserved") == "pool"

@@ -64,6 +64,9 @@ def calibrate_endpoint(args) -> int:
     from sim.cli.console import console
 
     timeout, time_limit = limits(args)
+    budget = getattr(args, "time_budget", 600.0)
+    if not budget >= 0:
+        raise InputError("--time-budget", budget, "expected seconds ≥ 0 (0: no budget)")
     url = check_url(args.endpoint)
     served = served_model(url, args.served_model, "--served-model")
     sim_model = sim_model_for(url, served, args.model)
@@ -71,7 +74,8 @@ def calibrate_endpoint(args) -> int:
     path = check_profile_out(args.out or "profile-endpoint.json")
     s = Settings(url=url, model=served, sim_model=sim_model, quick=args.quick, seed=args.seed,
                  progress=not args.no_progress, device_type="cpu" if args.device == "cpu" else "gpu",
-                 request_timeout=timeout, time_limit=time_limit)
+                 request_timeout=timeout, time_limit=time_limit,
+                 time_budget=budget or None)
     data = ProbeData()
     try:
         profile, fragment, data = calibrate(s, vocab, data=data)

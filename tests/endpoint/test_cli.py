@@ -17,6 +17,9 @@ def test_bad_endpoint_url_and_server_exit_2(tmp_path, capsys):
     assert run_cli("loadgen", "--endpoint", "http://127.0.0.1:9", "--out", tmp_path) == 2
     assert "no OpenAI-compatible server" in capsys.readouterr().err
     assert run_cli("calibrate", "--endpoint", "ftp://x", "--out", tmp_path / "p.json") == 2
+    assert run_cli("calibrate", "--endpoint", "http://127.0.0.1:9", "--time-budget", "-1",
+                   "--out", tmp_path / "p.json") == 2
+    assert "--time-budget" in capsys.readouterr().err
     assert run_cli("validate", "--endpoint", "http://127.0.0.1:9", "--profile", tmp_path / "none.json") == 2
 
 

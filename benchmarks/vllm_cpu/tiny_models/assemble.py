@@ -25,14 +25,15 @@ def names() -> list[str]:
     return sorted(p.parent.name for p in HERE.glob("*/config.json"))
 
 
-def assemble(name: str, out: Path, tokenizer: Path) -> Path:
-    """``out/name`` with the config and the tokenizer files; returns the folder."""
+def assemble(name: str, out: Path, tokenizer: Path, src: Path = HERE) -> Path:
+    """``out/name`` with the config (``src/name/config.json``) and the tokenizer files; returns
+    the folder."""
     dst = out / name
     dst.mkdir(parents=True, exist_ok=True)
-    cfg = json.loads((HERE / name / "config.json").read_text())
+    cfg = json.loads((src / name / "config.json").read_text())
     if cfg.get("vocab_size") != 49152:
         raise ValueError(f"{name}: vocab_size {cfg.get('vocab_size')} is not SmolLM2's 49152")
-    shutil.copy2(HERE / name / "config.json", dst / "config.json")
+    shutil.copy2(src / name / "config.json", dst / "config.json")
     for f in TOKENIZER_FILES:
         src = tokenizer / f
         if not src.is_file():

@@ -127,6 +127,9 @@ CASES = {
     "too-long": {"workload__prompt_len": {"dist": "uniform", "min": 4000, "max": 9000},
                  "workload__num_requests": 40},
     "few-seats": {"scheduler__max_num_seqs": 4, "scheduler__watermark": 0.2, **PRESSURE},
+    # vLLM V1's admission under chunked prefill: only when the whole prompt fits (the vllm preset)
+    "admit-whole-prompt": {"scheduler__policy": "chunked-prefill", "scheduler__chunk_size": 256,
+                           "scheduler__admit_whole_prompt": True, "scheduler__watermark": 0.0, **PRESSURE},
     "classes": {"workload": {"num_requests": 200, "classes": [
         {"name": "chat", "slo": {"ttft_s": 0.5}, "arrival": {"process": "poisson", "rate": 14},
          "prompt_len": {"dist": "uniform", "min": 16, "max": 300},
@@ -368,6 +371,7 @@ def scenarios(draw, profiles):
          "scheduler__max_num_seqs": max_num_seqs, "scheduler__chunk_size": max(512, max_num_seqs),
          "scheduler__block_size": draw(st.sampled_from([8, 16, 32])),
          "scheduler__watermark": draw(st.sampled_from([0.0, 0.01, 0.1])),
+         "scheduler__admit_whole_prompt": draw(st.booleans()),
          "scheduler__batch_size": draw(st.sampled_from([1, 4, 16])),
          "hardware__memory_utilization": draw(st.sampled_from([0.23, 0.25, 0.3, 0.9])),
          "workload__num_requests": 60,
