@@ -407,15 +407,7 @@ def main(argv=None) -> int:
             if (Path(args.out) / name / "profile.json").is_file():
                 resimulate_arch(name, args)
         return 0
-    if not (vllm.VENV / "bin" / "vllm").is_file():
-        print(f"error: no vLLM in {vllm.VENV} (bash benchmarks/vllm_cpu/install.sh)", file=sys.stderr)
-        return 2
-    for name in args.arch:
-        try:
-            run_arch(name, args)
-        except Exception as e:  # one architecture's failure does not stop the others
-            print(f"{name}: failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
-    return 0
+    return vllm.serve_each(args.arch, lambda name: run_arch(name, args), "architecture")
 
 
 if __name__ == "__main__":

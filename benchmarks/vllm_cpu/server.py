@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from benchmarks.serving import Server, launch
@@ -66,3 +68,17 @@ def start(port: int, log: Path, prefix_caching: bool = False, extra: list[str] =
     more = (pinned_env(omp_cpus) if omp_cpus is not None else {}) | (env or {})
     return launch(cmd, log, f"http://127.0.0.1:{port}", "/v1/models", timeout_s, "vLLM",
                   env={**os.environ, "VLLM_LOGGING_LEVEL": "INFO", **more}, preexec_fn=_every_cpu)
+
+
+def serve_each(names: Iterable[str], run: Callable[[str], object], what: str) -> int:
+    """``run(name)`` for each name (each starts and stops its own server); one's failure is
+    reported and does not stop the others. 2 when vLLM is not installed."""
+    if not (VENV / "bin" / "vllm").is_file():
+        print(f"error: no vLLM in {VENV} (bash benchmarks/vllm_cpu/install.sh)", file=sys.stderr)
+        return 2
+    for name in names:
+        try:
+            run(name)
+        except Exception as e:  # reported; the next one runs
+            print(f"{name}: failed ({what}): {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+    return 0
