@@ -186,7 +186,7 @@ def calibrate(s: Settings, vocab: WordVocab, log=print, data: ProbeData | None =
                 s.notes.append(f"max running sequences: all {n} probe requests ran at once; assumed {max_seqs}")
             else:
                 max_seqs = int(data.max_running)
-                held, per = info.kv_blocks(block), -(-(MAX_SEQS_PROBE[0] + MAX_SEQS_PROBE[1]) // block)
+                held, per = usable_blocks(info, block), -(-(MAX_SEQS_PROBE[0] + MAX_SEQS_PROBE[1]) // block)
                 if held and max_seqs * per > held - per:  # the probes filled the cache: its limit, maybe
                     max_seqs = max(max_seqs, held)
                     s.notes.append(f"max running sequences ≥ {int(data.max_running)}: running requests plateaued "
@@ -201,7 +201,7 @@ def calibrate(s: Settings, vocab: WordVocab, log=print, data: ProbeData | None =
         # machine lands on TTFT, decode and mixed points alike (and the fit takes each point's
         # median over the rounds), rather than on one whole phase.
         points = [("ttft", p, 0) for p in g["ttft_prompts"]]
-        points += [("decode", b, c) for b, c in decode_points(g, max_seqs, max_len, block, info.kv_blocks(block))]
+        points += [("decode", b, c) for b, c in decode_points(g, max_seqs, max_len, block, usable_blocks(info, block))]
         # a prompt among b decodes needs b + 1 sequences: a server of few sequences (llama.cpp's
         # slots) is probed up to its fullest mixed step rather than at one decode only
         mixed = sorted({min(b, max_seqs - 1) for b in g["mixed_batches"]} - {0})
@@ -248,11 +248,10 @@ def calibrate(s: Settings, vocab: WordVocab, log=print, data: ProbeData | None =
         if s.time_budget is not None:  # fewer requests (not fewer than two waves) where time is short
             spent, sat_s = time.perf_counter() - t_all, saturation_seconds(data, conc, n_sat)
             if spent + sat_s > s.time_budget:
-                n = max(2 * conc, int(n_sat * max(s.time_budget - spent, 0.0) / sat_s))
-                if n < n_sat:
-                    s.notes.append(f"time budget {s.time_budget:g} s: the saturation loop ran {n} of {n_sat} "
-                                   f"requests ({spent:.0f} s spent, {n_sat} would take ~{sat_s:.0f} s)")
-                n = min(n, n_sat)
+                n = min(n_sat, max(2 * conc, int(n_sat * max(s.time_budget - spent, 0.0) / sat_s)))
+            if n < n_sat:
+                s.notes.append(f"time budget {s.time_budget:g} s: the saturation loop ran {n} of {n_sat} "
+                               f"requests ({spent:.0f} s spent, {n_sat} would take ~{sat_s:.0f} s)")
         phase("saturation (closed loop)", n)
         recs, dur = prober.saturation(conc, n, *SATURATION)
         end("saturation (closed loop)")
@@ -261,6 +260,18 @@ def calibrate(s: Settings, vocab: WordVocab, log=print, data: ProbeData | None =
                            "records": recs}
     data.phases_s["total"] = time.perf_counter() - t_all
     return profile, fragment, data
+
+
+def null_blocks(engine: str | None, n: int) -> int:
+    """Blocks of the ``n`` a server publishes that no request ever holds: vLLM V1 keeps one as its
+    null block (vllm/v1/core/block_pool.py: BlockPool takes it off the free queue at start)."""
+    return 1 if engine == "vllm" and n > 1 else 0
+
+
+def usable_blocks(info: server_info.ServerInfo, block: int) -> int | None:
+    """The server's KV cache in its own blocks of ``block`` tokens, less those no request holds."""
+    n = info.kv_blocks(block)
+    return None if n is None else n - null_blocks(info.engine, n)
 
 
 def decode_points(g: dict, max_seqs: int, max_len: int, block: int, kv_blocks: int | None) -> list[tuple[int, int]]:
@@ -354,9 +365,7 @@ def kv_blocks_of(cache: dict, spec=None, block: int | None = None, max_seqs: int
         n = int(cache["num_gpu_blocks"])
     except (KeyError, ValueError, TypeError):
         return None
-    # vLLM V1 keeps one of its blocks as the null block (vllm/v1/core/block_pool.py: BlockPool
-    # takes it off the free queue at start): a request never holds it
-    null = 1 if engine == "vllm" and n > 1 else 0
+    null = null_blocks(engine, n)
     if spec is None or not block or not (spec.windowed_layers or spec.state_bytes_per_request()):
         return n - null
     try:

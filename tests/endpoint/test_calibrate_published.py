@@ -154,9 +154,9 @@ def test_the_grid_reaches_the_longest_context_the_server_gives(context):
 @pytest.mark.parametrize("kv_blocks", [24, 4096])
 def test_a_sequence_limit_the_kv_cache_may_have_set_is_stated_as_a_bound(tokenizer_json, monkeypatch, kv_blocks):
     """vLLM publishes its KV cache, not its sequence limit: the probe's 64 requests (16 + 48 tokens,
-    4 blocks of 16 each) plateau at 6 running. With 24 blocks that is the cache full, so the limit
-    is only known to be at least 6 (and the cache binds before any limit above 24); with 4,096
-    blocks 6 is the limit."""
+    4 blocks of 16 each) plateau at 6 running. With 24 blocks (23 a request may hold: one is vLLM's
+    null block) that is the cache full, so the limit is only known to be at least 6 (and the cache
+    binds before any limit above 23); with 4,096 blocks 6 is the limit."""
     from endpoint.probes import Prober
 
     stand_in = StandIn(1024)
@@ -168,9 +168,9 @@ def test_a_sequence_limit_the_kv_cache_may_have_set_is_stated_as_a_bound(tokeniz
         _, fragment, data = calibrate(s, load_vocab(url, str(tokenizer_json)), log=lambda *a: None)
     assert data.max_running == 6.0
     if kv_blocks == 24:
-        assert fragment["scheduler"]["max_num_seqs"] == 24
+        assert fragment["scheduler"]["max_num_seqs"] == 23
         assert any(n.startswith("max running sequences ≥ 6: running requests plateaued there with 24 sent at "
-                                "once, 4 KV block(s) each, when the cache's 24 blocks were full") for n in s.notes)
+                                "once, 4 KV block(s) each, when the cache's 23 blocks were full") for n in s.notes)
     else:
         assert fragment["scheduler"]["max_num_seqs"] == 6
         assert "max running sequences 6: running requests plateaued there with 24 sent at once" in s.notes
@@ -193,3 +193,13 @@ def test_decode_probes_fit_the_published_kv_cache():
     # no published cache: the grid as it is, within the sequence limit and the probes' token bound
     assert decode_points(g, 24, 4096, 128, None) == [
         (b, c) for b, c in [*g["decode_points"], (24, 512)] if b <= 24 and b * c <= g["budget_tokens"]]
+
+
+def test_usable_blocks_leave_out_vllms_null_block():
+    from endpoint.calibrate import usable_blocks
+    from endpoint.server_info import ServerInfo
+
+    vllm = ServerInfo("x", engine="vllm", kv_tokens=64 * 128)
+    assert usable_blocks(vllm, 128) == 63  # qwen3-160m's 64 published blocks: 16 x 512 tokens never fit
+    assert usable_blocks(ServerInfo("x", engine="sglang", kv_tokens=64 * 128), 128) == 64
+    assert usable_blocks(ServerInfo("x", engine="vllm"), 128) is None
