@@ -75,6 +75,17 @@ def _model_classes(model: str, gpu: str, weights: str | None) -> frozenset[str]:
     return frozenset(efficiency.math_class(g, math_dtype(m.dtype_of(group, weights))) for group in WEIGHT_GROUPS)
 
 
+@functools.cache
+def _moe_model(model: str) -> bool:
+    from sim.scenario.specs import get_model
+
+    return get_model(model).is_moe
+
+
+def _is_moe(case: bench.Case) -> bool:
+    return _moe_model(bench.scenario_dict(case)["model"])
+
+
 def _classes(case: bench.Case) -> frozenset[str]:
     """The tensor-core classes the case's GEMMs run on (a checkpoint's groups may differ: gpt-oss's
     MXFP4 experts and bf16 attention)."""
@@ -97,7 +108,11 @@ def params_for(cases: list[bench.Case]) -> list[Param]:
         # Streaming kernels reach 60–92% of HBM bandwidth; FlashAttention-2/3 reach up to ~75% of peak.
         out += [Param(("gpus", arch, "hbm_fraction"), 0.6, 0.92, on),
                 Param(("gpus", arch, "attn_prefill_fraction"), 0.2, 0.75, on),
-                Param(("gpus", arch, "decode_row_s"), 1e-9, 5e-6, on)]
+                Param(("gpus", arch, "attn_decode_hbm_fraction"), 0.6, 0.95, on)]
+        moe = lambda c, a=arch: _arch(c) == a and _is_moe(c)  # noqa: E731
+        if any(moe(c) for c in cases):  # grouped expert GEMMs: a share of the dense plateau
+            out += [Param(("gpus", arch, "moe_gemm_fraction"), 0.3, 1.0, moe)]
+        out += [Param(("gpus", arch, "decode_row_s"), 1e-9, 5e-6, on)]
     for link in sorted({_link(c) for c in cases if c.tp > 1}):
         on = lambda c, lk=link: c.tp > 1 and _link(c) == lk  # noqa: E731
         out += [Param(("links", link, 0), 1e-7, 1e-4, on), Param(("links", link, 1), 1e-8, 5e-5, on)]
@@ -134,6 +149,8 @@ def _ensure(values: dict, params: list[Param]) -> None:
     for p in params:
         if p.path[0] == "gpus":  # an architecture fitted for the first time starts from the defaults
             arch = values["gpus"].setdefault(p.path[1], copy.deepcopy(values["gpus"]["default"]))
+            arch.setdefault("attn_decode_hbm_fraction", arch["hbm_fraction"])
+            arch.setdefault("moe_gemm_fraction", 1.0)
             if p.path[2] in ("gemm_fp4", "gemm_w4"):
                 arch.setdefault(p.path[2], list(arch[f"gemm_{efficiency.FALLBACK[p.path[2][5:]]}"]))
         if p.path[0] == "links":
@@ -271,6 +288,8 @@ HEADER = """\
 #                 (the loss at the ridge, fading away from it)
 #               hbm_fraction: share of the HBM bandwidth streaming weights and KV reaches
 #               attn_prefill_fraction: share of the KV dtype's dense peak prefill attention reaches
+#               attn_decode_hbm_fraction: share of the HBM bandwidth decode attention reads the KV cache at
+#               moe_gemm_fraction: share of the GEMM plateau the experts' grouped GEMMs reach
 #               decode_row_s: fixed seconds per decode row and layer of paged decode attention
 # links.<link>: [base, per_peer] seconds of one small all-reduce among tp GPUs = base + per_peer·(tp − 1)
 # engines.<name>: step_overhead_s, row_overhead_s (per running request), layer_latency_s (per layer),

@@ -65,11 +65,15 @@ def admit_waiting(c, e, token_budget, seq_budget, chunked, reserve_whole):
     step's token budget (a whole prompt, or a chunk of it when ``chunked``), and KV blocks
     (beyond the watermark: for the chunk, or, with ``Setting.ADMIT_WHOLE``, room for the whole
     sequence so far, as vLLM V1 admits). ``reserve_whole`` reserves blocks for prompt + output up front
-    (static batching). A preempted request whose prompt and output so far outgrew any step runs
-    alone. Returns how many joined."""
+    (static batching; TensorRT-LLM's GUARANTEED_NO_EVICT, ``Setting.RESERVE_OUTPUT``): a request
+    that joins then never needs another block. A preempted request whose prompt and output so far
+    outgrew any step runs alone. Returns how many joined."""
     r = c.req
     bs = c.settings[e, Setting.BLOCK_SIZE]
-    step_capacity = token_budget
+    # the most a step ever takes: a whole prompt beyond it can never run (under chunked prefill
+    # with whole prompts, the step's budget before the decodes took theirs)
+    step_capacity = (max(token_budget, c.settings[e, Setting.CHUNK])
+                     if c.settings[e, Setting.POLICY] == CHUNKED_PREFILL else token_budget)
     room = kv.available(c, e) - c.settings[e, Setting.WATERMARK]
     added = 0
     while c.counters[e, Counter.NWAIT] > 0 and token_budget > 0 and added < seq_budget:
@@ -105,9 +109,9 @@ def admit_waiting(c, e, token_budget, seq_budget, chunked, reserve_whole):
                 continue
             if not (oversized and added == 0):
                 break  # wait for the next step's budget
-        reserve = r.prompt_len[rid] + r.output_len[rid] if reserve_whole else n
-        need = kv.own_blocks_in(c, e, computed + reserve, hit, n)
-        pinned = kv.pin_cost(c, e, rid, hit, computed + reserve) if hit else 0
+        upto = r.prompt_len[rid] + r.output_len[rid] if reserve_whole else computed + n  # tokens it holds
+        need = kv.own_blocks_in(c, e, upto, hit, n)
+        pinned = kv.pin_cost(c, e, rid, hit, upto) if hit else 0
         if need + pinned > room:
             break
         # vLLM V1 (scheduler_reserve_full_isl): a chunk joins only if its whole sequence so far
@@ -117,7 +121,7 @@ def admit_waiting(c, e, token_budget, seq_budget, chunked, reserve_whole):
             break
         queues.pop_front(c, e, q)
         if hit:
-            kv.acquire_prefix(c, e, rid, hit, computed + reserve)
+            kv.acquire_prefix(c, e, rid, hit, upto)
             if r.num_generated[rid] == 0:
                 r.cached_tokens[rid] = computed
         kv.allocate(c, e, need)
@@ -125,7 +129,7 @@ def admit_waiting(c, e, token_budget, seq_budget, chunked, reserve_whole):
         r.num_computed[rid] = computed
         r.num_blocks[rid] = hit + need
         r.cache_blocks[rid] = hit
-        kv.note_flight(c, e, rid, computed + reserve)
+        kv.note_flight(c, e, rid, upto)
         if found:
             tierstore.skipped(c, e)  # what the tiers held is recomputed
         r.tier_state[rid] = kvtiers.IDLE

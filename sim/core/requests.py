@@ -43,7 +43,8 @@ _REASON_TEXT = {
     RejectReason.EXCEEDS_KV_CAPACITY: "prompt + output exceed the replica's KV cache capacity",
     RejectReason.EXCEEDS_MAX_MODEL_LEN: ("prompt + output exceed what one sequence may hold (the model's max "
                                          "length; with slots, a slot's context)"),
-    RejectReason.EXCEEDS_BATCH_TOKENS: "prompt exceeds max_batched_tokens and chunking is off",
+    RejectReason.EXCEEDS_BATCH_TOKENS: ("prompt exceeds the tokens of one step (max_batched_tokens; chunk_size with "
+                                        "split_prompts off) and chunking is off"),
 }
 
 

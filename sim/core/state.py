@@ -43,12 +43,14 @@ def columns(name: str, names: str, doc: str) -> type[IntEnum]:
 
 Setting = columns("Setting", """POLICY NUM_BLOCKS BLOCK_SIZE MAX_SEQS MAX_BATCHED CHUNK WATERMARK BATCH_SIZE
     SWAP PREFIX SPEC_K ROLE REPLICA MAX_LEN TP MULTI_STEP WINDOW_BLOCKS WINDOW_PPM WINDOW STATE_PPM
-    TIERS LOAD_MODE MIN_LOAD WRITE ADMIT_WHOLE""",
+    TIERS LOAD_MODE MIN_LOAD WRITE ADMIT_WHOLE RESERVE_OUTPUT WHOLE_PROMPTS""",
                   "An engine's settings: settings[e, Setting.X] (int64). WINDOW*: sliding-window layers' cap "
                   "(WINDOW: their window in tokens); STATE_PPM: a running request's linear-attention / SSM "
                   "state taken from the blocks, in millionths of a block (sim/core/kvblocks.own_blocks_in); "
                   "TIERS: its KV tiers below the GPU, LOAD_MODE how blocks come back, MIN_LOAD the fewest "
-                  "blocks worth loading, WRITE when blocks go there (sim/core/tierstore.py).")
+                  "blocks worth loading, WRITE when blocks go there (sim/core/tierstore.py); RESERVE_OUTPUT: "
+                  "admission holds blocks for prompt + whole output (TensorRT-LLM's GUARANTEED_NO_EVICT); "
+                  "WHOLE_PROMPTS: chunked prefill never splits a prompt (TensorRT-LLM without chunked context).")
 FloatSetting = columns("FloatSetting", "BATCH_TIMEOUT",
                        "An engine's float settings: float_settings[e, FloatSetting.X].")
 Counter = columns("Counter", """FREE HOST_FREE NRUN NWAIT NSWAP NREMOTE NTRANSFER PREEMPTED PN SWAP_IN SWAP_OUT
@@ -349,7 +351,7 @@ def core_of(engines: list[EngineSpec], requests: RequestTable, *, seed: int = 0,
             max_len=x.max_model_len, tp=x.tp, multi_step=s.num_scheduler_steps, window_blocks=x.window_blocks,
             window_ppm=x.window_ppm, window=x.window, state_ppm=x.state_ppm, tiers=len(x.tiers),
             load_mode=TIER_LOADS[x.tier_load], min_load=x.min_load_blocks, write=TIER_WRITES[x.tier_write],
-            admit_whole=s.admit_whole_prompt)
+            admit_whole=s.admit_whole_prompt, reserve_output=s.reserve_output, whole_prompts=not s.split_prompts)
         put(float_settings[e], FloatSetting, batch_timeout=s.batch_timeout_s)
         counters[e, Counter.FREE] = x.num_blocks
         counters[e, Counter.HOST_FREE] = x.host_blocks

@@ -107,6 +107,7 @@ def roofline_params(model: ModelSpec, gpu: GpuSpec, *, tp: int = 1, pp: int = 1,
     head_flops = gpu.peak_flops(model.dtype) * (compute_efficiency or head.peak_fraction)
     attn_flops = gpu.peak_flops(kvdtype) * attn["prefill_fraction"]  # attention math in the KV dtype
     bw = rates.bw
+    kv_bw = gpu.hbm_bandwidth * (memory_efficiency or attn["decode_hbm_fraction"])  # decode's KV reads
     abytes = DTYPE_BYTES[model.dtype]
     L, h, m = model.num_layers, model.hidden_size, model
     act_b = 2 * h * abytes / bw  # read + write the hidden state, per token
@@ -133,7 +134,7 @@ def roofline_params(model: ModelSpec, gpu: GpuSpec, *, tp: int = 1, pp: int = 1,
             add(MLP_F, linear(g.count, lp["mlp"], "mlp"))
         if g.mlp == "moe":
             moe_layers += g.count
-        _attention_coefficients(p, m, g, tpa, kvdtype, abytes, attn_flops, bw, engine, attn["decode_row_s"])
+        _attention_coefficients(p, m, g, tpa, kvdtype, abytes, attn_flops, bw, kv_bw, engine, attn["decode_row_s"])
     p[REST] = L * 4 * act_b  # norms, rope, residual adds, KV writes: memory-bound
     p[LM_F], p[LM_B] = 2 * h * m.vocab_size / tpa / head_flops, m.vocab_size * h * abytes / tpa / bw
     p[TP], p[LAYERS], p[HIDDEN], p[ABYTES] = tp, L, h, abytes
@@ -142,7 +143,9 @@ def roofline_params(model: ModelSpec, gpu: GpuSpec, *, tp: int = 1, pp: int = 1,
     p[IS_MOE] = float(m.is_moe)
     xdtype = m.dtype_of("experts", weight_dtype)
     p[EXPERTS], p[TOPK], p[EXPERT_PARAMS] = m.num_experts, m.experts_per_token, m.mlp_matrices * h * m.expert_size
-    p[WBYTES], p[FLOPS], p[BANDWIDTH] = DTYPE_BYTES[xdtype], rates.flops(xdtype), bw
+    # the experts' grouped GEMMs (and the router) at their own share of the plateau
+    p[WBYTES], p[FLOPS], p[BANDWIDTH] = (DTYPE_BYTES[xdtype], rates.flops(xdtype) * efficiency.moe_gemm_fraction(gpu),
+                                         bw)
     p[EXPERT_PARALLEL] = float(expert_parallel and m.is_moe)
     p[KV_TOKEN_GPU] /= pp
     p[HOST_BW] = gpu.host_bandwidth
@@ -163,8 +166,10 @@ def roofline_params(model: ModelSpec, gpu: GpuSpec, *, tp: int = 1, pp: int = 1,
     return p
 
 
-def _attention_coefficients(p, m: ModelSpec, g, tp, kvdtype, abytes, attn_flops, bw, engine, row_s) -> None:
-    """Add one layer group's attention (or state) coefficients to the row."""
+def _attention_coefficients(p, m: ModelSpec, g, tp, kvdtype, abytes, attn_flops, bw, kv_bw, engine,
+                            row_s) -> None:
+    """Add one layer group's attention (or state) coefficients to the row (``kv_bw``: the
+    bandwidth decode reads the KV cache at)."""
     c, kvb = g.count, DTYPE_BYTES[kvdtype]
     if g.attention in STATEFUL:
         mixer = m.linear_attention if g.attention == "linear" else m.mamba
@@ -190,7 +195,7 @@ def _attention_coefficients(p, m: ModelSpec, g, tp, kvdtype, abytes, attn_flops,
     p[SW_PRE_F if windowed else PRE_F] += pre_f
     p[SW_PRE_B if windowed else PRE_B] += c * (kv_token_layer + 2 * q * abytes) / bw
     p[SW_DEC_F if windowed else DEC_F] += dec_f
-    p[SW_DEC_B if windowed else DEC_B] += c * kv_token_layer * reread / bw
+    p[SW_DEC_B if windowed else DEC_B] += c * kv_token_layer * reread / kv_bw
     p[DEC_ROW] += c * row_s
     p[KV_TOKEN_GPU] += kv_token_layer * c
 

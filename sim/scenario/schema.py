@@ -373,6 +373,12 @@ class Scheduler(Strict):
     # chunked prefill: admit a request only when its whole prompt (and a preempted request's output
     # so far) fits the free KV blocks, not just its first chunk (vLLM V1's scheduler_reserve_full_isl)
     admit_whole_prompt: bool = False
+    # admission holds KV blocks for the prompt and the whole output (max_tokens), so a running request
+    # never needs more and is never preempted for memory (TensorRT-LLM's GUARANTEED_NO_EVICT)
+    reserve_output: bool = False
+    # chunked-prefill: a prompt may be split over steps; false: it joins a step (beside the decodes)
+    # only whole, when the step's budget has room for all of it (TensorRT-LLM without chunked context)
+    split_prompts: bool = True
     preemption: Literal["recompute", "swap"] = "recompute"
     prefix_caching: bool = False
     speculative: Speculative | None = None
@@ -385,6 +391,9 @@ class Scheduler(Strict):
             raise ValueError(
                 f"chunk_size ({self.chunk_size}) must be ≥ max_num_seqs ({self.max_num_seqs}): "
                 "every running request decodes one token of the step's budget")
+        if not self.split_prompts and self.policy == "slots":
+            raise ValueError("split_prompts: false is not with policy slots (llama.cpp takes prompts in n_batch "
+                             "pieces)")
         if self.num_scheduler_steps > 1 and self.policy != "continuous":
             raise ValueError("num_scheduler_steps > 1 (multi-step scheduling) needs policy: continuous")
         if self.policy == "static" and (self.prefix_caching or self.preemption == "swap"

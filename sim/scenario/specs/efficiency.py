@@ -83,9 +83,19 @@ def hbm_fraction(gpu: GpuSpec) -> float:
     return float(_arch(gpu)["hbm_fraction"])
 
 
+def moe_gemm_fraction(gpu: GpuSpec) -> float:
+    """Share of the dense GEMM plateau the experts' grouped GEMMs reach (many small GEMMs, one per
+    expert, with their tokens gathered and scattered; 1 where none is fitted)."""
+    return float(_arch(gpu).get("moe_gemm_fraction", 1.0))
+
+
 def attention(gpu: GpuSpec) -> dict[str, float]:
+    """The attention kernels' constants: prefill's share of the dense peak, decode's fixed seconds
+    per row and layer, and the share of the HBM bandwidth decode reaches reading the KV cache
+    (paged-attention kernels stream it in their own way: where none is fitted, the weights' share)."""
     a = _arch(gpu)
-    return {"prefill_fraction": float(a["attn_prefill_fraction"]), "decode_row_s": float(a["decode_row_s"])}
+    return {"prefill_fraction": float(a["attn_prefill_fraction"]), "decode_row_s": float(a["decode_row_s"]),
+            "decode_hbm_fraction": float(a.get("attn_decode_hbm_fraction", a["hbm_fraction"]))}
 
 
 REFERENCE_LINK = "nvlink4"  # the fitted link the others derive from (most published cases: H100/H200)

@@ -130,6 +130,10 @@ CASES = {
     # vLLM V1's admission under chunked prefill: only when the whole prompt fits (the vllm preset)
     "admit-whole-prompt": {"scheduler__policy": "chunked-prefill", "scheduler__chunk_size": 256,
                            "scheduler__admit_whole_prompt": True, "scheduler__watermark": 0.0, **PRESSURE},
+    # TensorRT-LLM's defaults: GUARANTEED_NO_EVICT and whole prompts beside the decodes (the presets)
+    "reserve-output-whole-prompts": {"scheduler__policy": "chunked-prefill", "scheduler__chunk_size": 1024,
+                                     "scheduler__reserve_output": True, "scheduler__split_prompts": False,
+                                     **PRESSURE},
     "classes": {"workload": {"num_requests": 200, "classes": [
         {"name": "chat", "slo": {"ttft_s": 0.5}, "arrival": {"process": "poisson", "rate": 14},
          "prompt_len": {"dist": "uniform", "min": 16, "max": 300},
@@ -372,6 +376,8 @@ def scenarios(draw, profiles):
          "scheduler__block_size": draw(st.sampled_from([8, 16, 32])),
          "scheduler__watermark": draw(st.sampled_from([0.0, 0.01, 0.1])),
          "scheduler__admit_whole_prompt": draw(st.booleans()),
+         "scheduler__reserve_output": draw(st.booleans()),
+         "scheduler__split_prompts": draw(st.booleans()),
          "scheduler__batch_size": draw(st.sampled_from([1, 4, 16])),
          "hardware__memory_utilization": draw(st.sampled_from([0.23, 0.25, 0.3, 0.9])),
          "workload__num_requests": 60,
