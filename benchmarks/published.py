@@ -103,6 +103,7 @@ SOURCE_SETUP: dict[str, dict] = {
     "trtllm-1.0-perf-overview-moe": {"hardware": {"memory_utilization": 0.95}},
     "trtllm-1.0-perf-overview-rest": {"hardware": {"memory_utilization": 0.95}},  # the same page as the two above
     "trtllm-1.2-perf-overview": {"hardware": {"memory_utilization": 0.95}},  # the same advice on its page
+    "trtllm-1.2-perf-overview-dep": {"hardware": {"memory_utilization": 0.95}},
     # vLLM server flags printed in the README: --max_model_len 4096 (so 4096 tokens per step)
     # and --num-scheduler-steps 10 (multi-step scheduling).
     "sglang-0.3.0-vs-vllm-0.6.0-vllm": {"scheduler": {"max_batched_tokens": 4096, "num_scheduler_steps": 10}},
@@ -114,9 +115,11 @@ SOURCE_SETUP: dict[str, dict] = {
 # Sources measured with ``trtllm-bench throughput``: it sizes the engine's batch and token budget
 # itself from the model, the GPUs and the dataset's mean ISL/OSL (``trtllm_bench_limits``), and runs
 # with its own defaults: --scheduler_policy guaranteed_no_evict and chunked context off (the engine
-# presets' reserve_output and split_prompts: false). The 1.2 DEP cases state their own limits.
+# presets' reserve_output and split_prompts: false); with attention DP, the limits are each rank's.
+# Cases that state their own limits (the DeepSeek-R1 best-practice commands) run with those.
 TRTLLM_BENCH = {"trtllm-0.17-perf-overview", "trtllm-0.17-perf-overview-moe", "trtllm-1.0-perf-overview",
-                "trtllm-1.0-perf-overview-moe", "trtllm-1.0-perf-overview-rest", "trtllm-1.2-perf-overview"}
+                "trtllm-1.0-perf-overview-moe", "trtllm-1.0-perf-overview-rest", "trtllm-1.2-perf-overview",
+                "trtllm-1.2-perf-overview-dep"}
 # MLPerf v4.1 NVIDIA configs: max batch per replica (Server, Offline) for H100 TP2 and H200 TP1.
 MLPERF_BATCH = {("H100-SXM", "server"): 1024, ("H100-SXM", "offline"): 896,
                 ("H200", "server"): 896, ("H200", "offline"): 806}
@@ -309,10 +312,12 @@ def scenario_dict(case: Case) -> dict:
                                      max_batched_tokens=budget)
         if "kv_cache_free_gpu_mem_fraction" in lim:
             data["hardware"]["memory_utilization"] = lim["kv_cache_free_gpu_mem_fraction"]
-    if case.source in TRTLLM_BENCH and not case.dp_attention and kind == "rate":
+    if case.source in TRTLLM_BENCH and not case.limits and kind == "rate":
         fraction = SOURCE_SETUP.get(case.source, {}).get("hardware", {}).get("memory_utilization", 0.9)
         max_bs, max_tokens = trtllm_bench_limits(case, model, fraction)
-        data["scheduler"].update(max_num_seqs=max_bs, max_batched_tokens=max_tokens, chunk_size=max_tokens)
+        ranks = case.dp_attention or 1  # attention DP: every rank schedules its own batch within them
+        data["scheduler"].update(max_num_seqs=max_bs * ranks, max_batched_tokens=max_tokens * ranks,
+                                 chunk_size=max_tokens * ranks)
     if case.source.startswith("mlperf"):
         mode = "offline" if kind == "rate" and math.isinf(float(w["rate"])) else "server"
         data["scheduler"]["max_num_seqs"] = MLPERF_BATCH[(case.gpu, mode)]
@@ -324,22 +329,29 @@ def trtllm_bench_limits(case: Case, model: str, kv_fraction: float) -> tuple[int
     """max_batch_size and max_num_tokens as ``trtllm-bench throughput`` picks them when it is not
     given them (tensorrt_llm/bench/build/tuning.py: calc_engine_setting, finetune_setting, 0.17 to
     1.2): the requests of the dataset's mean ISL + OSL that the KV cache holds, after weights
-    estimated at the quantized bytes per parameter (the checkpoint's safetensors count: an FP4
-    tensor's two values per byte and its FP8 scale per 16), per pipeline stage, rounded up; the
+    estimated at its bytes per parameter of the checkpoint's quantization (NVFP4 0.5, FP8 1, any
+    other 2) times the elements its safetensors hold (a 4-bit tensor's two values a byte and a
+    scale per block of 16, NVFP4, or 32, MXFP4), per pipeline stage, rounded up; the
     token budget that many requests' share of prompt tokens, at least 2,048; with chunked context
     off (its default) at least the longest prompt plus the batch."""
     from sim.scenario.specs import get_gpu, get_model
+    from sim.scenario.specs.models import WEIGHT_GROUPS
 
     m, g = get_model(model), get_gpu(case.gpu)
     isl, osl = int(case.workload["input_len"]), int(case.workload["output_len"])
     gib = 1024.0 ** 3
-    per_param = {"fp8": 1.0, "fp4": 0.5}.get(case.weights or "", 2.0)  # NVFP4 0.5, FP8 1, others 2
-    linear = m.num_params - m.embedding_params
-    counted = linear * (0.5 + 1 / 16) + m.embedding_params if case.weights == "fp4" else m.num_params
+    # bytes per counted parameter by the checkpoint's quantization: NVFP4 0.5, FP8 1, others
+    # (bf16, MXFP4, which its table does not list) 2
+    per_param = {"fp8": 1.0, "fp4": 0.5}.get(case.weights or "", 2.0)
+    groups = m.group_params()  # safetensors elements: a 4-bit tensor packs two a byte, plus a scale per block
+    packed = {"fp4": 0.5 + 1 / 16, "mxfp4": 0.5 + 1 / 32}
+    counted = groups["embedding"] + groups["other"] + sum(groups[k] * packed.get(m.dtype_of(k, case.weights), 1.0)
+                                                          for k in WEIGHT_GROUPS)
     kv_bytes = 1.0 if case.kv_cache == "fp8" else 2.0
     attn_layers = sum(1 for a in m.layer_attention if a != "none") if m.layer_attention else m.num_layers
-    per_token = 2 * attn_layers * max(case.tp, m.num_kv_heads) * m.head_dim * kv_bytes / gib
-    gpus = case.tp * case.pp
+    tp = case.ep if case.dp_attention else case.tp  # DEP n: trtllm-bench --tp n --ep n, attention DP
+    per_token = 2 * attn_layers * max(tp, m.num_kv_heads) * m.head_dim * kv_bytes / gib  # MLA: as its config reads
+    gpus = tp * case.pp
     cache = (g.memory_bytes / gib * gpus - counted * per_param / gib) * kv_fraction
     max_requests = cache / (per_token * (isl + osl))
     raw_bs = min(max_requests, 4096) / case.pp

@@ -126,6 +126,9 @@ def params_for(cases: list[bench.Case]) -> list[Param]:
         if any(on(c) and c.served for c in cases):  # its API server's time per request (TTFT, E2E)
             served = lambda c, e=engine: c.engine == e and c.served  # noqa: E731
             out += [Param(("engines", engine, "request_overhead_s"), 0.0, 0.1, served, additive=True)]
+        if any(on(c) and c.pp > 1 for c in cases):  # each pipeline stage's fixed time per micro-batch
+            piped = lambda c, e=engine: c.engine == e and c.pp > 1  # noqa: E731
+            out += [Param(("engines", engine, "stage_latency_s"), 0.0, 0.02, piped, additive=True)]
         if any(on(c) and c.tp > 1 for c in cases):  # its all-reduce kernels' latency, relative to the link's
             tp = lambda c, e=engine: c.engine == e and c.tp > 1  # noqa: E731
             out += [Param(("engines", engine, "allreduce_latency_scale"), 0.25, 4.0, tp)]
@@ -295,7 +298,8 @@ HEADER = """\
 # engines.<name>: step_overhead_s, row_overhead_s (per running request), layer_latency_s (per layer),
 #                 eager_layer_latency_s (more per layer in steps that prefill),
 #                 decode_gqa_reread (extra KV reads per grouped query head, 0–1),
-#                 allreduce_latency_scale (its all-reduce latency as a multiple of the link's, tp > 1)
+#                 allreduce_latency_scale (its all-reduce latency as a multiple of the link's, tp > 1),
+#                 stage_latency_s (pp > 1: each pipeline stage's fixed time per micro-batch)
 """
 
 

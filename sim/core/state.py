@@ -72,7 +72,7 @@ TierStat = columns("TierStat", "LOADED LOADS STORED SKIPPED",
 Replica = columns("Replica", "FIRST COUNT TURN ROLE RECORD",
                   "A replica: replicas[r, Replica.X] (int64): its first engine, their count (pp), whose turn; "
                   "RECORD: prefix-affinity's prompt tokens routed there beyond the prefixes they matched.")
-PipeCost = columns("PipeCost", "OVERHEAD HIDDEN_BYTES LINK LATENCY",
+PipeCost = columns("PipeCost", "OVERHEAD HIDDEN_BYTES LINK LATENCY STAGE",
                    "A replica's pipeline hand-off costs: pipe_costs[r, PipeCost.X] (sim/pricing/links.py).")
 Routing = columns("Routing", "KIND FIRST COUNT TURN BALANCE NO_MATCH SAMPLED ADD_ROUTED SAMPLES",
                   "A router: routers[k, Routing.X], k = FRONT (new requests) or BACK (handed over). SAMPLED: "
@@ -266,11 +266,12 @@ def put(row: np.ndarray, columns: type[IntEnum], **values) -> None:
         row[columns[name.upper()]] = v
 
 
-def build_core(scenario, table_: RequestTable, *, step_overhead_s: float = 0.0,
+def build_core(scenario, table_: RequestTable, *, step_overhead_s: float = 0.0, stage_latency_s: float = 0.0,
                closed: tuple[int, float] | None = None, replica_rate: float = 0.0,
                tiers: list[tuple[TierSpec, ...]] | None = None, request_overhead_s: float = 0.0) -> Core:
     """The core of ``scenario``'s cluster over ``table_``'s requests, nothing arrived yet
     (``step_overhead_s``: a step's fixed cost, which a pipeline's first stage pays;
+    ``stage_latency_s``: what every stage of a pipeline pays per micro-batch beside its compute;
     ``request_overhead_s``: the API server's time per request before the router; ``closed``:
     a closed loop's users and think time; ``replica_rate``: the SLA planner's sustainable
     req/s per replica, sim/pricing/capacity.py; ``tiers``: each replica's KV tiers,
@@ -280,7 +281,7 @@ def build_core(scenario, table_: RequestTable, *, step_overhead_s: float = 0.0,
     for r, spec in enumerate(specs):
         put(pipe[r], PipeCost, overhead=step_overhead_s,
             hidden_bytes=scenario.model_spec.hidden_size * 2 / spec.hardware.tp, link=spec.gpu.interconnect_bandwidth,
-            latency=5e-6)
+            latency=5e-6, stage=stage_latency_s)
     link = table(LinkCost)
     selective = None
     if scenario.disaggregation is not None:

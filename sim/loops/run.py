@@ -118,7 +118,9 @@ class _Run:
         self.table = RequestTable.from_workload(self.workload)
         self.closed = self.workload.closed_loop
         self.replica_rate = _replica_rate(scenario, self.workload)
-        self.core = build_core(scenario, self.table, step_overhead_s=engine_of(scenario).step_overhead_s,
+        cost = engine_of(scenario)
+        self.core = build_core(scenario, self.table, step_overhead_s=cost.step_overhead_s,
+                               stage_latency_s=cost.stage_latency_s,
                                closed=self.closed, replica_rate=self.replica_rate, tiers=tier_specs(scenario),
                                request_overhead_s=request_overhead_s)
         self.log = StepLog()

@@ -3,7 +3,8 @@ activations between a pipeline's stages.
 
 Pipeline parallelism: a replica's ``pp`` stages are shared by its virtual engines. A batch
 holds one stage at a time for its share of the step (the layers are split evenly) plus the
-hand-off of its activations to the next stage; while it moves on, the next micro-batch can
+hand-off of its activations to the next stage, and each stage's fixed time per micro-batch
+(``engines.<e>.stage_latency_s``); while it moves on, the next micro-batch can
 enter. A stage serves batches in the order they reach it, so when a batch enters the pipe its
 whole way through is known: at each stage it starts when both it and the stage are ready.
 Uneven micro-batches leave stages idle: the bubbles show up as longer steps.
@@ -57,7 +58,7 @@ def pass_through(c, r, now, duration, tokens):
     t = now
     for i in range(pp):
         start = max(t, c.stage_free[r, i])
-        t = start + (per_stage + (overhead if i == 0 else send))
+        t = start + per_stage + pipe[PipeCost.STAGE] + (overhead if i == 0 else send)
         c.stage_free[r, i] = t
     return t
 

@@ -19,7 +19,7 @@ FILE = "engines.yaml"
 DEFAULT_ENGINE = "vllm"
 DEFAULT_GPU = "H100-SXM"  # hardware.gpu where a scenario gives none (sim/scenario/schema.py: Hardware)
 COST_FIELDS = ("step_overhead_s", "row_overhead_s", "layer_latency_s", "eager_layer_latency_s", "decode_gqa_reread",
-               "allreduce_latency_scale", "request_overhead_s")
+               "allreduce_latency_scale", "request_overhead_s", "stage_latency_s")
 
 
 @cache
@@ -53,6 +53,10 @@ class EngineCost:
     # is sent, so its TTFT and E2E carry it (sim/core/handlers.py: arrivals). 0 for an engine
     # driven in process (an offline benchmark).
     request_overhead_s: float = 0.0
+    # Pipeline parallelism: each stage's fixed time per micro-batch beside its share of the compute
+    # (that rank's own executor iteration for the micro-batch: its launches and the send / receive
+    # handshake with the next stage), so a stage of few layers is slower than its share (pp > 1).
+    stage_latency_s: float = 0.0
 
 
 def engine_cost(name: str, **overrides: float | None) -> EngineCost:

@@ -674,6 +674,7 @@ class Engine(Strict):
     decode_gqa_reread: Annotated[float, Field(ge=0, le=1)] | None = None  # extra KV reads per grouped query head
     allreduce_latency_scale: NonNegativeFloat | None = None  # the engine's all-reduce latency / the link's
     request_overhead_s: NonNegativeFloat | None = None  # per request: the API server's time outside the steps
+    stage_latency_s: NonNegativeFloat | None = None  # pp > 1: each stage's fixed time per micro-batch
     memory_of: Literal["total", "free"] | None = None  # what hardware.memory_utilization is a share of
     # where a linear-attention / SSM layer's state per request lives: taken from the KV blocks by
     # each running request (pool) or reserved for max_num_seqs requests (reserved); sim/scenario/memory.py

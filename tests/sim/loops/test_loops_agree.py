@@ -164,6 +164,10 @@ FEATURES = {
         "router": {"policy": "least-outstanding"}, **BURSTY},
     "pipeline": {"model": "llama-3-70b", "hardware": {"gpu": "H100-SXM", "tp": 2, "pp": 2},
                  "workload__arrival": {"process": "poisson", "rate": 8}},
+    # each stage's fixed time per micro-batch (TensorRT-LLM 1.x's fitted one)
+    "pipeline-stage-latency": {"model": "llama-3-70b", "hardware": {"gpu": "H100-SXM", "tp": 1, "pp": 4},
+                               "engine": {"name": "tensorrt-llm", "request_overhead_s": 0.0},
+                               "workload__arrival": {"process": "poisson", "rate": 8}},
     "moe-expert-parallel": {"model": "mixtral-8x7b", "hardware": {"gpu": "H100-SXM", "tp": 2,
                                                                    "expert_parallel": True}},
     # wide EP: 8 attention ranks, experts over 8 GPUs placed by EPLB under skewed routing, two-batch overlap
