@@ -8,7 +8,7 @@ from sim.core import kvtiers, queues, tierstore
 from sim.core.jit import jit, leaf
 from sim.core.outbox import emit
 from sim.core.requests import RejectReason, Status
-from sim.core.state import CHUNKED_PREFILL, DONE, SLOTS, STATIC, Counter, Setting
+from sim.core.state import CHUNKED_PREFILL, DONE, PREFILL, SLOTS, STATIC, Counter, Setting
 
 WAITING, RUNNING, REJECTED = int(Status.WAITING), int(Status.RUNNING), int(Status.REJECTED)
 KV_CAPACITY = int(RejectReason.EXCEEDS_KV_CAPACITY)
@@ -28,6 +28,14 @@ def never_fits(c, e, rid):
     if kv.peak_blocks(c, e, total, step) > c.settings[e, Setting.NUM_BLOCKS]:
         return KV_CAPACITY
     return 0
+
+
+@leaf
+def reserves_output(c, e):
+    """Whether a request joining engine ``e`` holds the blocks of its whole output from the start
+    (``Setting.RESERVE_OUTPUT``: TensorRT-LLM's GUARANTEED_NO_EVICT); a prefill engine of a
+    disaggregated pair hands each request over after its prompt, so there it holds the prompt."""
+    return c.settings[e, Setting.RESERVE_OUTPUT] != 0 and c.settings[e, Setting.ROLE] != PREFILL
 
 
 @leaf

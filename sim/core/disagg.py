@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from sim.core import kvblocks as kv
 from sim.core import queues, router
-from sim.core.admission import free_seats, join_running, never_fits, reject
+from sim.core.admission import free_seats, join_running, never_fits, reject, reserves_output
 from sim.core.commit import token_out
 from sim.core.jit import jit
 from sim.core.outbox import emit
@@ -23,7 +23,8 @@ from sim.core.state import BACK, DROP_KV, FRONT, SEND_KV, Counter, Replica, Rout
 @jit
 def admit_remote(c, e):
     """Reserve blocks for prefilled requests waiting to move here (oldest first), so their KV
-    cache can be sent; one that can never fit here is turned away."""
+    cache can be sent (and, where the engine reserves outputs, the blocks of the rest of it);
+    one that can never fit here is turned away."""
     r = c.req
     q = queues.remote_q(c)
     room = kv.available(c, e) - c.settings[e, Setting.WATERMARK]
@@ -36,7 +37,10 @@ def admit_remote(c, e):
             reject(c, rid, reason)
             emit(c, rid, DROP_KV)
             continue
-        need = kv.blocks_for(c, e, r.num_computed[rid] + 1 + c.settings[e, Setting.SPEC_K])
+        tokens = r.num_computed[rid] + 1 + c.settings[e, Setting.SPEC_K]
+        if reserves_output(c, e):  # the decode engine holds the rest of its output's blocks too
+            tokens = max(tokens, r.prompt_len[rid] + r.output_len[rid])
+        need = kv.blocks_for(c, e, tokens)
         if need > room:
             break
         queues.pop_front(c, e, q)

@@ -28,7 +28,7 @@ import numpy as np
 
 from sim.core import kvblocks as kv
 from sim.core import queues
-from sim.core.admission import RUNNING, add_row, admit_waiting, free_seats
+from sim.core.admission import RUNNING, add_row, admit_waiting, free_seats, reserves_output
 from sim.core.jit import jit, leaf
 from sim.core.plan import is_decode, shape_into
 from sim.core.preemption import grow, swap_in_waiting
@@ -56,8 +56,7 @@ def continuous(c, e):
         c.counters[e, Counter.ROUND] = 0  # the round ended with its last request
     admitting = (c.counters[e, Counter.NWAIT] and seats > 0 and c.counters[e, Counter.NSWAP] == 0
                  and c.counters[e, Counter.ROUND] == 0)
-    if admitting and admit_waiting(c, e, c.settings[e, Setting.MAX_BATCHED], seats, False,
-                                   c.settings[e, Setting.RESERVE_OUTPUT] != 0):
+    if admitting and admit_waiting(c, e, c.settings[e, Setting.MAX_BATCHED], seats, False, reserves_output(c, e)):
         return  # a step of whole prompts
     running, ids, new = c.running[e], c.p_ids[e], c.p_new[e]  # every running request: its next tokens
     num_tokens, num_computed = r.num_tokens, r.num_computed
@@ -109,8 +108,7 @@ def chunked(c, e):
     seats = free_seats(c, e)
     if (budget > 0 and seats > 0 and c.counters[e, Counter.NWAIT] and not c.counters[e, Counter.PREEMPTED]
             and c.counters[e, Counter.NSWAP] == 0):
-        admit_waiting(c, e, budget, seats, c.settings[e, Setting.WHOLE_PROMPTS] == 0,
-                      c.settings[e, Setting.RESERVE_OUTPUT] != 0)
+        admit_waiting(c, e, budget, seats, c.settings[e, Setting.WHOLE_PROMPTS] == 0, reserves_output(c, e))
 
 
 @jit

@@ -87,3 +87,33 @@ def test_split_prompts_is_refused_with_slots():
 
     with pytest.raises(ScenarioError, match="split_prompts"):
         scenario(engine="llama.cpp", scheduler={"split_prompts": False})
+
+
+def handed_over(reserve: bool, loop: str = "auto"):
+    # a prefill replica and a decode replica of 64 blocks each: a request's whole 800 tokens take 50
+    return scenario(hardware={"kv_blocks": 64}, simulation={"loop": loop},
+                    scheduler={"policy": "chunked-prefill", "chunk_size": 512, "max_num_seqs": 16, "block_size": 16,
+                               "watermark": 0.0, "reserve_output": reserve},
+                    disaggregation={"prefill": {"count": 1}, "decode": {"count": 1}},
+                    workload={"num_requests": 2, "arrival": {"process": "closed", "concurrency": 2},
+                              "prompt_len": {"dist": "fixed", "value": 300},
+                              "output_len": {"dist": "fixed", "value": 500}})
+
+
+@pytest.mark.parametrize("loop", ["compiled", "simpy"])
+def test_a_decode_replica_reserves_the_output_and_the_prefill_replica_only_the_prompt(loop):
+    r = simulate(handed_over(True, loop))
+    steps = r.steps
+    decode, prefill = steps[steps["replica"] == 1], steps[steps["replica"] == 0]
+    assert r.summary["preemptions"] == 0
+    assert decode["num_seqs"].max() == 1  # the second waits until the first's 50 blocks come back
+    assert decode["kv_blocks_used"].max() == 50
+    assert prefill["kv_blocks_used"].max() <= 2 * 19  # prompts only: 19 blocks each
+    assert (r.requests["status"] == "finished").all()
+
+
+def test_without_the_reservation_both_decode_together_and_one_is_preempted():
+    r = simulate(handed_over(False))
+    decode = r.steps[r.steps["replica"] == 1]
+    assert decode["num_seqs"].max() == 2
+    assert r.summary["preemptions"] >= 1

@@ -134,6 +134,9 @@ CASES = {
     "reserve-output-whole-prompts": {"scheduler__policy": "chunked-prefill", "scheduler__chunk_size": 1024,
                                      "scheduler__reserve_output": True, "scheduler__split_prompts": False,
                                      **PRESSURE},
+    "reserve-output-disaggregated": {"scheduler__policy": "chunked-prefill", "scheduler__reserve_output": True,
+                                     "disaggregation": {"prefill": {"count": 1}, "decode": {"count": 2}},
+                                     **PRESSURE},
     "classes": {"workload": {"num_requests": 200, "classes": [
         {"name": "chat", "slo": {"ttft_s": 0.5}, "arrival": {"process": "poisson", "rate": 14},
          "prompt_len": {"dist": "uniform", "min": 16, "max": 300},
