@@ -356,19 +356,16 @@ def trtllm_bench_limits(case: Case, model: str, kv_fraction: float) -> tuple[int
     max_requests = cache / (per_token * (isl + osl))
     raw_bs = min(max_requests, 4096) / case.pp
     raw_tokens = min(raw_bs * (1 + isl / osl), 32768)
-    if raw_bs < 256:
-        bs = max(64, 32 * math.ceil(raw_bs / 32))
-    elif raw_bs < 1024:
-        bs = 128 * math.ceil(raw_bs / 128)
-    else:
-        bs = 256 * math.ceil(raw_bs / 256)
-    if raw_tokens < 4096:
-        tokens = max(2048, 256 * math.ceil(raw_tokens / 256))
-    elif raw_tokens < 8192:
-        tokens = 512 * math.ceil(raw_tokens / 512)
-    else:
-        tokens = 1024 * math.ceil(raw_tokens / 1024)
+    bs = _round_up(raw_bs, 64, ((256, 32), (1024, 128), (math.inf, 256)))
+    tokens = _round_up(raw_tokens, 2048, ((4096, 256), (8192, 512), (math.inf, 1024)))
     return bs, max(tokens, isl + bs)
+
+
+def _round_up(x: float, least: int, steps: tuple[tuple[float, int], ...]) -> int:
+    """``x`` rounded up to the step of the first band it is below, at least ``least`` (trtllm-bench's
+    finetune_setting)."""
+    step = next(s for below, s in steps if x < below)
+    return max(least, step * math.ceil(x / step))
 
 
 def predict(case: Case, runs: dict | None = None) -> float:
