@@ -3,7 +3,8 @@
 A decode step reads every cached K and V byte once, so its floor is
 ``bytes(K/V read) / HBM bandwidth``. This times ``paged_attention`` (Triton path) on a
 pure-decode batch (q_len = 1 per sequence, shuffled cache blocks) and prints achieved GB/s
-and the fraction of ``--hbm-gbps`` (H100 SXM ~3350, H100 PCIe ~2000, H200 ~4800).
+and the fraction of the HBM bandwidth: the GPU catalog's for a card it knows (H100 SXM 3350,
+H200 4800 GB/s), else ``--hbm-gbps``, which overrides either.
 
 By default each call is replayed from a CUDA graph, as the engine's decode steps are: timed
 from Python, a batch-1 call measures the launches (tens of microseconds), not the kernel.
@@ -34,11 +35,21 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--head-dim", type=int, default=128)
     p.add_argument("--block-size", type=int, default=16, help="KV cache page size (tokens)")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
-    p.add_argument("--hbm-gbps", type=float, default=3350.0, help="peak HBM bandwidth, GB/s")
+    p.add_argument("--hbm-gbps", type=float, default=None,
+                   help="peak HBM bandwidth, GB/s (default: the GPU catalog's for the card at hand)")
     p.add_argument("--num-splits", type=int, default=None, help="force split-KV count")
     p.add_argument("--no-check", action="store_true", help="skip the check vs the reference")
     p.add_argument("--no-graph", action="store_true", help="time eager calls (launches included)")
     return p.parse_args(argv)
+
+
+def catalog_hbm_gbps(device_name: str) -> float | None:
+    """The catalog's HBM bandwidth (GB/s) of a CUDA device name, or None for a card it lacks."""
+    from engine.bench import catalog_gpu
+    from sim.scenario.specs import get_gpu
+
+    entry = catalog_gpu(device_name)
+    return None if entry is None else get_gpu(entry).hbm_bandwidth / 1e9
 
 
 def _case(batch: int, context: int, a: argparse.Namespace, dtype: torch.dtype):
@@ -78,6 +89,12 @@ def main(argv: list[str] | None = None) -> int:
         sm_count,
     )
 
+    if a.hbm_gbps is None:
+        a.hbm_gbps = catalog_hbm_gbps(torch.cuda.get_device_name())
+        if a.hbm_gbps is None:
+            print(f"bench_decode_attention: {torch.cuda.get_device_name()} is not in the GPU catalog; "
+                  "give its bandwidth with --hbm-gbps", file=sys.stderr)
+            return 2
     dtype = DTYPES[a.dtype]
     esize = torch.empty((), dtype=dtype).element_size()
     scale = 1.0 / math.sqrt(a.head_dim)
