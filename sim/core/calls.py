@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.core import handlers, router
+from sim.core import handlers, lockstep, router
 from sim.core.commit import begin_step, commit
 from sim.core.jit import entry
 from sim.core.plan import BatchPlan
@@ -16,7 +16,8 @@ from sim.core.policies import schedule
 from sim.core.requests import Status
 from sim.core.state import FRONT, Core, Counter, RunCounter, Setting, core_ref
 
-(SCHEDULE, BEGIN_STEP, COMMIT, SUBMIT, TURN, START_STEP, STEP_END, WOKEN, HANDLE, START) = range(10)
+(SCHEDULE, BEGIN_STEP, COMMIT, SUBMIT, TURN, START_STEP, STEP_END, WOKEN, HANDLE, START, GROUP_TURN, START_GROUP,
+ GROUP_STEP_END) = range(13)
 _NO_STOP = np.zeros(0, dtype=np.bool_)
 
 
@@ -44,6 +45,12 @@ def _call(c, op, e, rid, now, x, stopped, use_stopped):
         handlers.handle(c, e, rid, now)
     elif op == START:
         handlers.start(c, now)
+    elif op == GROUP_TURN:
+        return float(lockstep.group_turn(c, e, now))
+    elif op == START_GROUP:
+        lockstep.start_group(c, e, now, x)
+    elif op == GROUP_STEP_END:
+        return float(lockstep.group_step_end(c, e, now, stopped, use_stopped))
     return 0.0
 
 
@@ -112,6 +119,16 @@ class CoreCalls:
 
     def start(self, now: float) -> None:
         self._do(START, now=now)
+
+    # -- attention DP ranks, which step together (sim/core/lockstep.py); ``r`` is their replica
+    def group_turn(self, r: int, now: float) -> int:
+        return int(self._do(GROUP_TURN, r, now=now))
+
+    def start_group(self, r: int, now: float, duration: float) -> None:
+        self._do(START_GROUP, r, now=now, x=duration)
+
+    def group_step_end(self, r: int, now: float) -> int:
+        return int(self._do(GROUP_STEP_END, r, now=now))
 
     def effects(self) -> list[tuple[int, int, float]]:
         """The handlers' effects since the last call, in order: (kind, who, delay)."""

@@ -1,7 +1,9 @@
 """The scheduling core's state: a few typed tuples of numpy arrays, built once per run.
 
 Every replica runs one *engine* (a pipeline-parallel replica runs ``pp`` virtual engines, as
-vLLM does, each with its own scheduler and share of the KV blocks). An engine's settings and
+vLLM does, each with its own scheduler and share of the KV blocks; a replica with data-parallel
+attention runs one engine per rank, each with its own scheduler, limits and KV cache, stepping
+together: sim/core/lockstep.py). An engine's settings and
 counters are columns of small tables (``settings``, ``counters``, ...: each table's columns an
 IntEnum, numbered in the order named, filled by name with ``put``),
 its running requests and the step under way are rows of [engines, seats] arrays, and the
@@ -54,11 +56,11 @@ Setting = columns("Setting", """POLICY NUM_BLOCKS BLOCK_SIZE MAX_SEQS MAX_BATCHE
 FloatSetting = columns("FloatSetting", "BATCH_TIMEOUT",
                        "An engine's float settings: float_settings[e, FloatSetting.X].")
 Counter = columns("Counter", """FREE HOST_FREE NRUN NWAIT NSWAP NREMOTE NTRANSFER PREEMPTED PN SWAP_IN SWAP_OUT
-    BATCH_N USED_AT CACHED_AT QUEUED_AT QUEUED_BLOCKS ROUND LISTENING WAKING NLOAD""",
+    BATCH_N USED_AT CACHED_AT QUEUED_AT QUEUED_BLOCKS ROUND LISTENING WAKING NLOAD STEPPING""",
                   "An engine's counters: counters[e, Counter.X] (int64). QUEUED_BLOCKS: the blocks the queued "
                   "requests' prompts will take; ROUND: multi-step; LISTENING: the engine sleeps until woken; "
                   "WAKING: its wake-up is on the loop's clock; *_AT: as the step under way started; "
-                  "NLOAD: requests waiting for their blocks from the KV tiers.")
+                  "NLOAD: requests waiting for their blocks from the KV tiers; STEPPING: a step is under way.")
 Clock = columns("Clock", "WAKE_AT START DURATION TIMER_AT TURN_AT LOAD_UNTIL",
                 "An engine's times: clocks[e, Clock.X]. WAKE_AT: when an idle engine should look again; "
                 "TIMER_AT: the earliest batching timer pending; TURN_AT: when it last planned a step; "
@@ -69,9 +71,11 @@ TierCost = columns("TierCost", "LATENCY BLOCK_S SHARED",
 TierStat = columns("TierStat", "LOADED LOADS STORED SKIPPED",
                    "What engine e's k-th tier did: tier_n[e, k, TierStat.X]: blocks loaded back, loads, blocks "
                    "stored (new there), blocks found but recomputed (too few to load).")
-Replica = columns("Replica", "FIRST COUNT TURN ROLE RECORD",
-                  "A replica: replicas[r, Replica.X] (int64): its first engine, their count (pp), whose turn; "
-                  "RECORD: prefix-affinity's prompt tokens routed there beyond the prefixes they matched.")
+Replica = columns("Replica", "FIRST COUNT TURN ROLE RECORD LOCKSTEP BUSY",
+                  "A replica: replicas[r, Replica.X] (int64): its first engine, their count (pp, or attention "
+                  "DP's ranks), whose turn; RECORD: prefix-affinity's prompt tokens routed there beyond the "
+                  "prefixes they matched; LOCKSTEP: its engines are attention DP ranks, which step together "
+                  "(sim/core/lockstep.py); BUSY: such a replica's step is under way.")
 PipeCost = columns("PipeCost", "OVERHEAD HIDDEN_BYTES LINK LATENCY STAGE",
                    "A replica's pipeline hand-off costs: pipe_costs[r, PipeCost.X] (sim/pricing/links.py).")
 Routing = columns("Routing", "KIND FIRST COUNT TURN BALANCE NO_MATCH SAMPLED ADD_ROUTED SAMPLES",
@@ -219,6 +223,7 @@ class EngineSpec:
     tier_load: str = "async"  # how their blocks come back (sim/vocab.py: TierLoad)
     min_load_blocks: int = 0  # fewer found in the tiers are recomputed
     tier_write: str = "through"  # when blocks reach the tiers (sim/vocab.py: TierWrite)
+    lockstep: bool = False  # one of a replica's attention DP ranks (they step together)
 
 
 @dataclass(frozen=True)
@@ -233,22 +238,26 @@ class TierSpec:
 
 def engines_of(scenario, tiers: list[tuple[TierSpec, ...]] | None = None) -> list[EngineSpec]:
     """Every engine of ``scenario``'s cluster: one per replica, ``pp`` per pipelined replica
-    (each with its share of the replica's KV blocks and swap space); ``tiers``: each replica's
+    (each with its share of the replica's KV blocks and swap space), one per attention DP rank
+    (each with its share of the blocks and of the scheduler's limits); ``tiers``: each replica's
     KV tiers (sim/pricing/links.py: tier_specs)."""
     from sim.scenario.memory import GiB
 
     load, least, write = scenario.tier_settings()
     out = []
     for spec in scenario.replica_specs:
-        hw, mem, pp = spec.hardware, spec.memory, spec.hardware.pp
-        host = int(hw.host_memory_gb * GiB // (mem.kv_bytes_per_token * mem.block_size)) // pp
+        hw, mem, n = spec.hardware, spec.memory, spec.hardware.engines
+        host = int(hw.host_memory_gb * GiB // (mem.kv_bytes_per_token * mem.block_size)) // n
         max_len = scenario.model_spec.max_model_len
         if spec.scheduler.slot_context is not None:  # slots: a request longer than a slot is refused
             max_len = min(max_len, spec.scheduler.slot_context)
         own = tiers[spec.index] if tiers is not None and spec.scheduler.prefix_caching else ()
-        out += [EngineSpec(spec.scheduler, mem.num_blocks // pp, mem.block_size, max_len,
+        ranks = hw.dp_attention
+        sch = spec.scheduler if ranks == 1 else spec.scheduler.per_rank(ranks)
+        out += [EngineSpec(sch, mem.num_blocks // n, mem.block_size, max_len,
                            spec.index, spec.role, host, hw.tp, mem.window_blocks, mem.window_ppm,
-                           mem.window, mem.state_ppm, own, load, -(-least // mem.block_size), write)] * pp
+                           mem.window, mem.state_ppm, own, load, -(-least // mem.block_size), write,
+                           lockstep=ranks > 1)] * n
     return out
 
 
@@ -341,7 +350,8 @@ def core_of(engines: list[EngineSpec], requests: RequestTable, *, seed: int = 0,
     for e, x in enumerate(engines):
         s = x.scheduler
         if replicas[x.replica, Replica.COUNT] == 0:
-            put(replicas[x.replica], Replica, first=e, count=0, turn=0, role=ROLES[x.role], record=0)
+            put(replicas[x.replica], Replica, first=e, count=0, turn=0, role=ROLES[x.role], record=0,
+                lockstep=x.lockstep, busy=0)
         replicas[x.replica, Replica.COUNT] += 1
         put(settings[e], Setting, policy=POLICIES[s.policy], num_blocks=x.num_blocks, block_size=x.block_size,
             max_seqs=s.max_num_seqs, max_batched=s.max_batched_tokens, chunk=s.chunk_size,

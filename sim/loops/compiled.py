@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sim.core import handlers
+from sim.core import handlers, lockstep
 from sim.core.handlers import STEP_END, WAKE
 from sim.core.jit import entry
 from sim.core.state import DECODE, LOG_ROWS, Core, Replica, RunCounter, Scale, Setting, core_ref
@@ -41,9 +41,10 @@ from sim.pricing.costs import Costs, costs_ref
 
 
 @entry
-def run_events(c, costs, L, seats):
-    """Take events until everyone is done, the step log's chunk is full, or the heap may run
-    out of room. Returns why it stopped."""
+def run_events(c, costs, L, seats, group):
+    """Take events until everyone is done, the step log's chunk has no room for the largest
+    step end (``group``: the most rows one commits, an attention DP replica's ranks), or the
+    heap may run out of room. Returns why it stopped."""
     E = c.counters.shape[0]
     if not L.k[K_STARTED]:
         L.k[K_STARTED] = 1
@@ -53,15 +54,19 @@ def run_events(c, costs, L, seats):
         apply(c, L, 0.0)
     room = 2 * E + 4 * seats + 16  # the most events one event can add
     while L.k[K_HEAP_N]:
-        if c.run_counters[RunCounter.LOG_N] == LOG_ROWS:
+        if c.run_counters[RunCounter.LOG_N] + group > LOG_ROWS:
             return LOG_FULL
         if L.k[K_HEAP_N] + room > L.ht.shape[0]:
             return HEAP_FULL
         now, kind, who = pop(L)
         L.now[0] = now
         if kind == STEP_END:
-            handlers.step_end(c, who, now, L.no_stop, False)
-            L.k[K_STEPS] += 1
+            r = lockstep.group_of(c, who)
+            if r >= 0:
+                L.k[K_STEPS] += lockstep.group_step_end(c, r, now, L.no_stop, False)
+            else:
+                handlers.step_end(c, who, now, L.no_stop, False)
+                L.k[K_STEPS] += 1
             end = engine_turn(c, costs, L, who, now)
             if end >= 0.0 and steady(c, who, now):  # jump over decode steps nothing can change
                 end = decode_run(c, costs, L, who, now, end, horizon(c, L, who))
@@ -87,9 +92,10 @@ def run_compiled(core: Core, costs: Costs, closed: tuple[int, float] | None,
     apart = (closed is None and not (core.replicas[:, Replica.ROLE] == DECODE).any() and not core.scale[Scale.ON]
              and not core.settings[:, Setting.TIERS].any())
     L = new_loop(E, 4 * (2 * E + 4 * seats + 16) + (closed[0] if closed else 0), apart)
+    group = lockstep.largest_group(core)
     c, cost_ref, ref = core_ref(core), costs_ref(costs), loop_ref(L)
     while True:
-        why = run_events(c, cost_ref, ref, seats)
+        why = run_events(c, cost_ref, ref, seats, group)
         if why == HEAP_FULL:
             L = grown(L)
             ref = loop_ref(L)

@@ -10,11 +10,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from sim.core import handlers
+from sim.core import handlers, lockstep
 from sim.core.handlers import PRICED, STEP_END
 from sim.core.jit import HAVE_NUMBA, entry, jit, leaf, struct
-from sim.core.state import FRONT, ROUND_ROBIN, RouterTime, Routing, RunCounter, RunTime, Setting
-from sim.pricing.costs import price
+from sim.core.plan import SHAPE_SIZE
+from sim.core.state import FRONT, ROUND_ROBIN, Counter, Replica, RouterTime, Routing, RunCounter, RunTime, Setting
+from sim.pricing.costs import price, price_group
 from sim.pricing.links import pipelined, transfer_time
 from sim.pricing.profiled import COUNTERS
 
@@ -158,10 +159,29 @@ def priced(c, costs, L, e, now):
 
 
 @jit
+def group_priced(c, costs, r):
+    """The step attention DP replica ``r``'s planned ranks take together (sim/core/lockstep.py)."""
+    first, count = c.replicas[r, Replica.FIRST], c.replicas[r, Replica.COUNT]
+    shapes = np.empty((count, SHAPE_SIZE))
+    n = 0
+    for x in range(first, first + count):
+        if c.counters[x, Counter.PN] > 0:
+            shapes[n, :] = c.shape[x]
+            n += 1
+    duration, _ = price_group(costs, first, shapes, n)
+    return duration
+
+
+@jit
 def engine_turn(c, costs, L, e, now):
     """Engine e's turn (its step priced and started); returns when that step ends, or -1 when
-    the engine sleeps."""
-    if handlers.turn(c, e, now):
+    the engine sleeps. An attention DP rank's turn is its replica's, unless their step is under
+    way (then the rank steps with the others at its end)."""
+    r = lockstep.group_of(c, e)
+    if r >= 0:
+        if not lockstep.busy(c, r) and lockstep.group_turn(c, r, now):
+            lockstep.start_group(c, r, now, group_priced(c, costs, r))
+    elif handlers.turn(c, e, now):
         handlers.start_step(c, e, now, priced(c, costs, L, e, now))
     return apply(c, L, now)
 

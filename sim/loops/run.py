@@ -55,11 +55,12 @@ class RunResult:
 
 
 def engine_costs(scenario: Scenario) -> list:
-    """Each engine's cost model (a pipelined replica's virtual engines share the replica's)."""
+    """Each engine's cost model (a pipelined replica's virtual engines and attention DP ranks
+    share the replica's)."""
     costs = []
     for spec in scenario.replica_specs:
         cost = make_cost_model(scenario, spec)
-        costs += [cost] * spec.hardware.pp
+        costs += [cost] * spec.hardware.engines
     return costs
 
 

@@ -21,7 +21,7 @@ from sim.core.calls import CoreCalls
 from sim.core.handlers import ARRIVAL, PRICED, SEND, STEP_END, WAKE
 from sim.core.plan import Executor
 from sim.core.requests import RequestTable
-from sim.core.state import LOG_ROWS, Core, RunCounter
+from sim.core.state import LOG_ROWS, Core, Counter, Replica, RunCounter, Setting
 from sim.pricing.links import pipelined_seconds, transfer_seconds
 
 
@@ -40,8 +40,14 @@ class SimpyCluster:
         self.on_arrival = on_arrival
         self.signal = [env.event() for _ in executors]
         self.steps = 0
+        self.group = [int(core.settings[e, Setting.REPLICA]) if core.replicas[core.settings[e, Setting.REPLICA],
+                                                                               Replica.LOCKSTEP] else -1
+                      for e in range(len(executors))]
         for e in range(len(executors)):
-            env.process(self.engine(e))
+            if self.group[e] < 0:
+                env.process(self.engine(e))
+            else:  # an attention DP rank: its replica's ranks step together, on callbacks (no process)
+                env.timeout(0.0).callbacks.append(lambda _, e=e: self._group_turn(self.group[e]))
         env.timeout(0.0).callbacks.append(lambda _: self._start())  # traffic starts after the engines
 
     def _start(self) -> None:
@@ -57,6 +63,8 @@ class SimpyCluster:
         for kind, who, delay in self.core.effects():
             if kind == STEP_END:
                 step = delay
+            elif kind == WAKE and self.group[who] >= 0:  # the rank's replica takes its turn, if not stepping
+                self.env.timeout(0.0).callbacks.append(lambda _, who=who: self._group_woken(who))
             elif kind == WAKE:
                 self.signal[who].succeed()
             else:
@@ -70,6 +78,32 @@ class SimpyCluster:
         self.apply()
         if self.on_arrival is not None and kind in (ARRIVAL, SEND):
             self.on_arrival(int(self.c.run_counters[RunCounter.NEXT_RID if kind == ARRIVAL else RunCounter.NEXT_SEND]))
+
+    # -- attention DP ranks (sim/core/lockstep.py): the compiled loop's order, on callbacks -------
+    def _group_woken(self, e: int) -> None:
+        self.core.woken(e)
+        self._group_turn(self.group[e])
+
+    def _group_turn(self, r: int) -> None:
+        c, core, now = self.c, self.core, self.env.now
+        if not c.replicas[r, Replica.BUSY] and core.group_turn(r, now):
+            first, count = int(c.replicas[r, Replica.FIRST]), int(c.replicas[r, Replica.COUNT])
+            planned = [x for x in range(first, first + count) if c.counters[x, Counter.PN] > 0]
+            result = self.executors[first].run_group(c.shape[planned])
+            core.start_group(r, now, result.duration)
+        step = self.apply()
+        if step is not None:
+            self.env.timeout(step).callbacks.append(lambda _, r=r: self._group_step_end(r))
+
+    def _group_step_end(self, r: int) -> None:
+        c = self.c
+        if c.run_counters[RunCounter.LOG_N] + c.replicas[r, Replica.COUNT] > LOG_ROWS and self.on_log_full is not None:
+            self.on_log_full(c)
+        self.steps += self.core.group_step_end(r, self.env.now)
+        if c.run_counters[RunCounter.LOG_N] == LOG_ROWS and self.on_log_full is not None:
+            self.on_log_full(c)
+        self.apply()
+        self._group_turn(r)
 
     # -- an engine ---------------------------------------------------------------------------
     def engine(self, e: int):

@@ -8,6 +8,8 @@ which every loop calls. ``make_cost_model`` builds a replica's model from its sc
 
 from __future__ import annotations
 
+import numpy as np
+
 from sim.core.plan import BatchPlan, StepResult
 from sim.pricing.costs import Pricer, add_counts, counts_of
 from sim.pricing.roofline import RooflineCost, roofline_for
@@ -27,6 +29,10 @@ class CostModelExecutor:
         if flags[0]:
             add_counts(self.extrapolated, counts_of(flags))
         return StepResult(float(seconds[0]))
+
+    def run_group(self, shapes: np.ndarray) -> StepResult:
+        """A step of attention DP ranks together (one shape per rank that planned)."""
+        return StepResult(self.pricer.price_group(shapes))
 
 
 def make_cost_model(scenario, replica=None):

@@ -8,7 +8,7 @@ from typing import NamedTuple
 import numpy as np
 
 from sim.core.jit import HAVE_NUMBA, entry, jit, struct
-from sim.core.plan import StepShape
+from sim.core.plan import MAX_PREFILL_ROW, SHAPE_SIZE, StepShape
 from sim.pricing.power import POWER_SIZE, capped, power_row
 from sim.pricing.profiled import (
     COUNTERS,
@@ -22,7 +22,7 @@ from sim.pricing.profiled import (
     points_of,
     profile_time,
 )
-from sim.pricing.roofline import NUM_OPS, ROW_SIZE, floor_time, roofline_time
+from sim.pricing.roofline import NUM_OPS, ROW_SIZE, floor_time, group_time, roofline_time
 
 ROOFLINE = 0
 
@@ -73,6 +73,33 @@ def price(c, e, s):
     if c.scale[e] != 1.0:
         t = t * c.scale[e]
     return capped(c.params[e], c.power[e], s, t), flags
+
+
+@jit
+def price_group(c, e, shapes, n):
+    """Seconds of the step that the first ``n`` rows of ``shapes`` take together: attention DP
+    ranks of one replica (engine ``e`` is one of them), as ``price`` prices one step. The roofline
+    prices each rank's own part and their experts together (``roofline.group_time``); a profile
+    prices their sum as one step."""
+    merged = np.zeros(SHAPE_SIZE)
+    for i in range(n):
+        for j in range(SHAPE_SIZE):
+            merged[j] += shapes[i, j]
+    big = 0.0
+    for i in range(n):
+        big = max(big, shapes[i, MAX_PREFILL_ROW])
+    merged[MAX_PREFILL_ROW] = big
+    if c.mode[e] != ROOFLINE:
+        return price(c, e, merged)
+    t = group_time(c.params[e], c.draft[e], shapes, n, merged, c.ops)
+    if c.scale[e] != 1.0:
+        t = t * c.scale[e]
+    return capped(c.params[e], c.power[e], merged, t), 0
+
+
+@entry
+def _price_group(c, e, shapes, n):
+    return price_group(c, e, shapes, n)
 
 
 @entry
@@ -138,6 +165,11 @@ class Pricer:
         flags = np.empty(len(shapes), dtype=np.int64)
         _price_many(self.arrays, 0, np.ascontiguousarray(shapes, dtype=np.float64), out, flags)
         return out, flags
+
+    def price_group(self, shapes: np.ndarray) -> float:
+        """Seconds of a step of attention DP ranks with these shapes (one row per rank)."""
+        t, _ = _price_group(self.arrays, 0, np.ascontiguousarray(shapes, dtype=np.float64), len(shapes))
+        return float(t)
 
     def step_time(self, s: StepShape) -> np.ndarray | float:
         out, _ = self.price(s.vectors())

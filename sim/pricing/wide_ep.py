@@ -9,10 +9,12 @@ rack) and its NIC beyond. The busiest GPU sets the MoE layer's time: how busy fo
 tokens spread over experts (``expert_imbalance``) and where the experts (and EPLB's redundant
 copies of the hottest) are placed.
 
-What is approximated, and said so in the run's warnings (sim/scenario/schema.py): a step's rows
-are taken as spread evenly over the DP ranks (the engines balance them; the slowest rank sets
-the step, here the even share), and the routing distribution as a steady share per expert (no
-sampling noise of small batches).
+Each DP rank is an engine of its own in the core, and the ranks step together
+(sim/core/lockstep.py): a step's attention and dense layers are the slowest rank's, its experts
+take every rank's tokens (roofline.group_time). What is approximated, and said so in the run's
+warnings (sim/scenario/schema.py): requests go to the ranks in turn, and the routing distribution
+is a steady share per expert (no sampling noise of small batches). A replica-level shape priced
+with ``price`` (a study's capacity model, Python callers) takes its rows as spread evenly.
 """
 
 from __future__ import annotations

@@ -65,19 +65,22 @@ def scenario_power(scenario) -> FleetPower:
 
     costs, prices = [], []
     for spec in scenario.replica_specs:
-        costs += [roofline_for(scenario, spec)] * spec.hardware.pp
-        prices += [spec.hardware.energy_usd_per_kwh] * spec.hardware.pp
+        costs += [roofline_for(scenario, spec)] * spec.hardware.engines
+        prices += [spec.hardware.energy_usd_per_kwh] * spec.hardware.engines
     return fleet_power(costs, prices)
 
 
 def fleet_power(costs: list, usd_per_kwh: list[float | None]) -> FleetPower:
     """From each engine's cost model (a pipelined replica: one per stage) and its hardware's price of energy."""
+    from sim.pricing.roofline import DP
+
     E = len(costs)
     params = np.stack([getattr(c, "roofline", c).params for c in costs]) if E else np.zeros((0, 1))
     rooflines = [getattr(c, "roofline", c) for c in costs]
     power = np.stack([power_row(r.gpu, r.power_cap_w, r.pp) for r in rooflines]) if E else np.zeros((0, PP + 1))
-    tp = np.array([float(r.tp) for r in rooflines])
-    gpus = tp.copy()  # each engine stands for one stage's TP GPUs: pp engines hold tp × pp
+    # each engine stands for one stage's TP GPUs (pp engines hold tp × pp), an attention DP rank for its tp / dp
+    tp = np.array([float(r.tp) / float(r.params[DP]) for r in rooflines])
+    gpus = tp.copy()
     price = np.array([USD_PER_KWH if p is None else float(p) for p in usd_per_kwh])
     return FleetPower(params, power, gpus, tp, price)
 
@@ -92,6 +95,7 @@ def step_power(fleet: FleetPower, steps: pd.DataFrame, block_size: np.ndarray) -
     """Each step's draw per GPU (W) and its dynamic energy (J above idle, all the replica's GPUs),
     POWER_CHUNK steps at a time."""
     from sim.pricing.power import log_shapes
+    from sim.pricing.roofline import DP
 
     n = len(steps)
     watts, dynamic = np.empty(n), np.empty(n)
@@ -100,7 +104,9 @@ def step_power(fleet: FleetPower, steps: pd.DataFrame, block_size: np.ndarray) -
         engine = part["engine"].to_numpy(np.int64)
         duration = part["duration"].to_numpy(np.float64)
         w = watts[a:a + POWER_CHUNK]
-        w[:] = step_draws(fleet.params, fleet.power, engine, log_shapes(part, block_size), duration)
+        shapes = log_shapes(part, block_size)
+        shapes *= fleet.params[engine, DP][:, None]  # an attention DP rank's step: as if every rank ran its rows
+        w[:] = step_draws(fleet.params, fleet.power, engine, shapes, duration)
         tp, pp = fleet.tp[engine], fleet.power[engine, PP]
         dynamic[a:a + POWER_CHUNK] = (w - fleet.power[engine, IDLE]) * duration * tp * pp
     return watts, dynamic

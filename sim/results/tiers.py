@@ -15,7 +15,7 @@ def block_bytes(scenario) -> np.ndarray:
     out = []
     for spec in scenario.replica_specs:
         mem = spec.memory
-        out += [mem.kv_bytes_per_token * mem.block_size * spec.hardware.tp] * spec.hardware.pp
+        out += [mem.kv_bytes_per_token * mem.block_size * spec.hardware.tp] * spec.hardware.engines
     return np.asarray(out, dtype=np.float64)
 
 

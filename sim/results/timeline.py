@@ -50,6 +50,8 @@ def engines(scenario) -> list[Engine]:
             label += f" ({hw.gpu_name}" + (f", TP {hw.tp}" if hw.tp > 1 else "") + ")"
         if spec.hardware.pp > 1:
             label += f" · virtual engine {e - j}"
+        elif spec.hardware.dp_attention > 1:
+            label += f" · attention rank {e - j}"
         out.append(Engine(e, x.replica, label, int(x.num_blocks)))
     return out
 

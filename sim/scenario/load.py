@@ -293,6 +293,9 @@ def check_tiers(s: Scenario, source: str) -> None:
                             "the GPU's prefix cache gives up)")
     if any(r.hardware.pp > 1 for r in s.replica_specs):
         raise ScenarioError(source, "kv_tiers", "not modelled with pipeline parallelism (hardware.pp > 1)")
+    if any(r.hardware.dp_attention > 1 for r in s.replica_specs):
+        raise ScenarioError(source, "kv_tiers", "not modelled with attention DP ranks (hardware.dp_attention > 1: "
+                            "each rank's own tiers, or their share of one, are not)")
     spec = s.model_spec
     if spec.sliding_window or spec.chunked or spec.state_bytes_per_request():
         raise ScenarioError(source, "kv_tiers", f"not modelled for {spec.name}: its sliding-window or linear-"

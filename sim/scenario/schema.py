@@ -201,6 +201,12 @@ class Hardware(Strict):
     def num_gpus(self) -> int:
         return self.tp * self.pp
 
+    @property
+    def engines(self) -> int:
+        """The engines one replica runs in the core: a pipeline's ``pp`` virtual engines, or one per
+        attention DP rank (never both: sim/scenario/load.py refuses them together)."""
+        return self.pp * self.dp_attention
+
 
 Rate = Annotated[float, Field(ge=0, lt=1)]
 MEAN_LENGTH_TOLERANCE = 0.005  # a reported mean acceptance length, rounded to two decimals
@@ -411,6 +417,15 @@ class Scheduler(Strict):
                 if bad:
                     raise ValueError(f"{name}: not with policy slots ({why})")
         return self
+
+    def per_rank(self, ranks: int) -> Scheduler:
+        """One of ``ranks`` attention DP ranks' share of the replica's limits: its running requests
+        and tokens per step (SGLang divides --max-running-requests and --chunked-prefill-size by the
+        DP size; TensorRT-LLM's attention DP sets them per rank)."""
+        return self.model_copy(update={"max_num_seqs": max(1, self.max_num_seqs // ranks),
+                                       "max_batched_tokens": max(1, self.max_batched_tokens // ranks),
+                                       "chunk_size": max(1, self.chunk_size // ranks),
+                                       "batch_size": max(1, self.batch_size // ranks)})
 
 
 class ReplicaGroup(Strict):
@@ -798,9 +813,10 @@ class Scenario(Strict):
         for r in self.replica_specs:
             notes += [n for n in r.memory.notes if n not in notes]
         if any(r.hardware.dp_attention > 1 for r in self.replica_specs):
-            notes.append("dp_attention: a step's rows are taken as spread evenly over the attention ranks (the "
-                         "engines balance them; a rank's own queue and KV limit are not modelled apart), and "
-                         "expert routing as steady shares (no small-batch noise)")
+            notes.append("dp_attention: each attention rank has its own queue, limits and KV cache and the ranks "
+                         "step together (the slowest sets the step); requests go to the ranks in turn (SGLang's "
+                         "round-robin; a load-aware balancer is not modelled); expert routing as steady shares "
+                         "(no small-batch noise)")
         return notes
 
     @cached_property
