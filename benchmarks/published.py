@@ -91,6 +91,10 @@ DATASET_SIZE = {"mlperf-openorca-llama2-70b": 24576}  # samples, when a source g
 
 # Settings the sources state for their runs (not fitted): scheduler limits and memory fractions.
 SOURCE_SETUP: dict[str, dict] = {
+    # SGLang's wide EP as the LMSYS post ran it: two-batch overlap, EPLB with 32 redundant experts (the
+    # routing's skew is not published: uniform, the "simulated perfect EPLB" column's assumption)
+    "lmsys-2025-05-large-scale-ep-dsv3-h100": {"hardware": {
+        "two_batch_overlap": True, "expert_load": {"distribution": "uniform", "eplb": True, "redundant_experts": 32}}},
     # gptManagerBenchmark: engines built with max_batch_size 2048, max_num_tokens 2048, chunked context,
     # kv_cache_free_gpu_mem_fraction 0.9 (the page's command table).
     "trtllm-0.10.0-perf-overview": {"scheduler": {"max_num_seqs": 2048, "chunk_size": 2048,
@@ -134,7 +138,7 @@ PER_REQUEST_ITL = {"nim-llm-benchmarking-performance"}
 # GenAI-Perf measures in windows once the load is stable: the ramp-up (every user's first request) is not scored.
 STEADY_CLOSED_LOOP = {"nim-llm-benchmarking-performance"}
 FAMILY = {"ttft": "ttft", "first": "ttft", "itl": "itl-tpot", "tpot": "itl-tpot", "e2e": "e2e",
-          "output": "throughput", "total": "throughput", "request": "throughput"}
+          "output": "throughput", "total": "throughput", "request": "throughput", "input": "throughput"}
 
 
 @dataclass
@@ -183,21 +187,39 @@ class Case:
         return 1 if self.disagg else self.num_gpus // self.replica_gpus
 
     @property
+    def phase(self) -> str | None:
+        """The one phase of a disaggregated setup the source measured alone (prefill or decode)."""
+        measured = (self.disagg or {}).get("measured", "both")
+        return None if measured == "both" else measured
+
+    @property
     def error(self) -> float:
         return self.predicted / self.value - 1.0
 
 
 # What a case may `need` (README, "Wide EP, disaggregation and KV tiers") that this harness can set up:
-# dp-attention (hardware.dp_attention over the expert-parallel group, the source's per-rank limits);
-# pd-disagg (one prefill and one decode pool of the source's GPUs, the whole setup measured; the link's
-# default for its type, never the transfer rate the source printed).
+# dp-attention and wide-ep (hardware.dp_attention over the expert-parallel group, the source's
+# per-rank limits; wide EP's two-batch overlap and EPLB from SOURCE_SETUP); pd-disagg (one prefill and
+# one decode pool of the source's GPUs, the whole setup measured; the link's default for its type,
+# never the transfer rate the source printed), or one phase of it measured alone with the other
+# given unlimited resources: a replica of that phase's GPUs doing only that phase (``one_phase``).
 # Cases needing anything else are skipped by load_cases and counted in SKIPPED.
-SUPPORTED_NEEDS: frozenset[str] = frozenset({"dp-attention"})
+SUPPORTED_NEEDS: frozenset[str] = frozenset({"dp-attention", "wide-ep"})
 # Needs the harness can set up but leaves out unless asked (--include): pd-disagg, because the
 # error bands match a run on GPU, engine, dtype, model kind and metric but not on its layout, so
 # a disaggregated setup's TTFT would set a colocated run's band.
 OPTIONAL_NEEDS: frozenset[str] = frozenset({"pd-disagg"})
 SKIPPED: dict[str, int] = {}  # unmet needs ("+"-joined) -> cases the last load_cases call skipped
+
+
+def unmet_needs(case: dict, include: frozenset[str] = frozenset()) -> list[str]:
+    """What a transcribed case needs that the harness does not set up (``include``: which of
+    OPTIONAL_NEEDS it sets up too). One phase of a disaggregated setup measured alone needs no
+    disaggregation: a replica doing only that phase (``one_phase``)."""
+    needs = set(case.get("needs") or ())
+    if (case.get("disagg") or {}).get("measured", "both") != "both":
+        needs.discard("pd-disagg")
+    return sorted(needs - SUPPORTED_NEEDS - (include & OPTIONAL_NEEDS))
 
 
 def load_cases(sources: list[str] | None = None, include: frozenset[str] = frozenset()) -> list[Case]:
@@ -211,11 +233,9 @@ def load_cases(sources: list[str] | None = None, include: frozenset[str] = froze
         if sources and src["id"] not in sources:
             continue
         for c in data["cases"]:
-            missing = sorted(set(c.get("needs") or ()) - SUPPORTED_NEEDS - (include & OPTIONAL_NEEDS))
+            missing = unmet_needs(c, include)
             if not missing and c["gpu"] not in GPU_CATALOG:
                 missing.append(f"gpu {c['gpu']}")
-            if not missing and (c.get("disagg") or {}).get("measured", "both") != "both":
-                missing.append("one phase of a disaggregated setup")
             if missing:
                 key = "+".join(missing)
                 SKIPPED[key] = SKIPPED.get(key, 0) + 1
@@ -245,18 +265,57 @@ def _merge(a: dict, b: dict) -> dict:
     return out
 
 
+# One phase measured alone (the LMSYS wide-EP runs): how the replica of that phase is loaded. Prefill:
+# every rank takes PHASE_PREFILL_TOKENS prompt tokens a step (the source's tokens_per_gpu where it
+# gives one; the LMSYS prefill table's 16,384 otherwise), PHASE_STEPS steps' worth of prompts queued
+# at once, one output token each. Decode: the source's batch per GPU, all at once, each decoding
+# PHASE_DECODE tokens from a prompt PHASE_DECODE / 2 shorter than the stated KV length (so the KV
+# length is the stated one on average), scored between the last first token and the first completion.
+PHASE_PREFILL_TOKENS = 16384
+PHASE_STEPS = 10
+PHASE_DECODE = 512
+
+
+def one_phase(case: Case) -> tuple[dict, dict]:
+    """The workload and scheduler of a replica doing only the phase the source measured."""
+    w, ranks = case.workload, case.dp_attention or 1
+    isl = int(w["input_len"])
+    if case.phase == "prefill":
+        per_rank = int(w.get("tokens_per_gpu") or PHASE_PREFILL_TOKENS)
+        n = PHASE_STEPS * ranks * per_rank // isl
+        seqs = max(per_rank // isl, 1)
+        out = 1
+        prompt = isl
+    else:
+        per_rank = PHASE_PREFILL_TOKENS  # the prompts' burst before the decodes (not scored)
+        seqs = int(w["batch_per_gpu"])
+        n = seqs * ranks
+        out = PHASE_DECODE
+        prompt = isl - PHASE_DECODE // 2
+    wl = {"prompt_len": {"dist": "fixed", "value": prompt}, "output_len": {"dist": "fixed", "value": out},
+          "num_requests": n, "arrival": {"process": "closed", "concurrency": n}}
+    budget = max(per_rank, seqs) * ranks
+    return wl, {"policy": "chunked-prefill", "chunk_size": budget, "max_batched_tokens": budget,
+                "max_num_seqs": seqs * ranks}
+
+
 def scenario_dict(case: Case) -> dict:
     """The scenario of one replica of the case's setup (replicas share the load evenly)."""
     w = case.workload
     wl: dict = {}
-    if w["dataset"] in DATASETS:
+    if case.phase:
+        wl, scheduler = one_phase(case)
+    elif w["dataset"] in DATASETS:
         wl.update(DATASETS[w["dataset"]])
     else:
         wl["prompt_len"] = {"dist": "fixed", "value": int(w["input_len"])}
         wl["output_len"] = {"dist": "fixed", "value": int(w["output_len"])}
-    scheduler: dict = {}
-    kind = w["kind"]
-    if kind == "single":
+    if not case.phase:
+        scheduler: dict = {}
+    kind = "phase" if case.phase else w["kind"]
+    if kind == "phase":
+        pass
+    elif kind == "single":
         n = 2 if w["output_len"] == 1 else 3
         wl.update(num_requests=n, arrival={"process": "closed", "concurrency": 1})
     elif kind == "static":
@@ -295,7 +354,7 @@ def scenario_dict(case: Case) -> dict:
         "workload": wl,
         "scheduler": scheduler,
     }
-    if case.disagg:  # a prefill pool and a decode pool of the case's replicas, over the default link
+    if case.disagg and not case.phase:  # a prefill pool and a decode pool of the case's replicas, over the default link
         per = case.tp * case.pp
         hw = data.pop("hardware")
         data["disaggregation"] = {"prefill": {"count": case.disagg["prefill_gpus"] // per, "hardware": hw},
@@ -379,7 +438,10 @@ def predict(case: Case, runs: dict | None = None) -> float:
     key = json.dumps({k: v for k, v in data.items() if k != "name"}, sort_keys=True)
     if runs is None or key not in runs:
         result = simulate(scenario_from_dict(data, f"<published case {case.id}>"))
-        run = (result.requests, result.summary)
+        summary = result.summary
+        if case.phase == "decode":  # the decode steps' own tokens, while every request decodes
+            summary = dict(summary, phase_tokens=_decode_window(result.requests, result.steps))
+        run = (result.requests, summary)
         if runs is not None:
             runs[key] = run
     else:
@@ -405,6 +467,8 @@ def metric_of(case: Case, requests, summary: dict) -> float:
     fin = requests[requests["status"] == "finished"]
     if len(fin) < len(requests):
         case.notes.append(f"{len(requests) - len(fin)} of {len(requests)} requests not finished")
+    if case.phase:
+        return _phase_throughput(case, fin, summary) * 8 / case.num_gpus  # per node of 8 GPUs
     scored = fin
     if _steady(case):
         start = float(np.quantile(requests["arrival"], WARMUP))
@@ -431,6 +495,28 @@ def metric_of(case: Case, requests, summary: dict) -> float:
             return float(summary[f"itl_{'p50' if stat == 'median' else stat}"])
     x = scored[column].dropna().to_numpy()
     return float({"mean": np.mean, "median": np.median, "p99": lambda v: np.percentile(v, 99)}[stat](x))
+
+
+def _phase_throughput(case: Case, fin, summary: dict) -> float:
+    """One phase's tokens/s (``one_phase``): prefill, the prompt tokens over the whole run; decode,
+    the tokens the steps decoded while every request decodes (``_decode_window``)."""
+    if case.phase == "prefill":
+        return float(fin["prompt_tokens"].sum() / (fin["completion"].max() - fin["arrival"].min()))
+    if math.isnan(summary["phase_tokens"]):
+        case.notes.append("no moment when every request decoded")
+    return summary["phase_tokens"]
+
+
+def _decode_window(requests, steps) -> float:
+    """Tokens/s decoded by the steps that start after the last first token and end by the first
+    completion (every request decoding: the batch and KV length the source held), NaN if none."""
+    a, b = float(requests["first_token"].max()), float(requests["completion"].min())
+    start = steps["start"].to_numpy()
+    end = start + steps["duration"].to_numpy()
+    inside = (start >= a) & (end <= b)
+    if not inside.any():
+        return math.nan
+    return float(steps["decode_seqs"].to_numpy()[inside].sum() / (end[inside].max() - start[inside].min()))
 
 
 def _steady_throughput(fin, requests) -> float:

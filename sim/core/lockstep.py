@@ -74,6 +74,12 @@ def group_step_end(c, r, now, stopped, use_stopped):
     return n
 
 
+def engine_groups(core) -> list[int]:
+    """``group_of`` of every engine, for Python callers (the SimPy loop)."""
+    replica = core.settings[:, Setting.REPLICA]
+    return [int(r) if core.replicas[r, Replica.LOCKSTEP] else -1 for r in replica]
+
+
 def largest_group(core) -> int:
     """The most engines one lockstep replica commits at one step end (1 where none): a loop keeps
     that many rows of the step log free before any event."""

@@ -19,9 +19,10 @@ import simpy
 
 from sim.core.calls import CoreCalls
 from sim.core.handlers import ARRIVAL, PRICED, SEND, STEP_END, WAKE
+from sim.core.lockstep import engine_groups
 from sim.core.plan import Executor
 from sim.core.requests import RequestTable
-from sim.core.state import LOG_ROWS, Core, Counter, Replica, RunCounter, Setting
+from sim.core.state import LOG_ROWS, Core, Counter, Replica, RunCounter
 from sim.pricing.links import pipelined_seconds, transfer_seconds
 
 
@@ -40,9 +41,7 @@ class SimpyCluster:
         self.on_arrival = on_arrival
         self.signal = [env.event() for _ in executors]
         self.steps = 0
-        self.group = [int(core.settings[e, Setting.REPLICA]) if core.replicas[core.settings[e, Setting.REPLICA],
-                                                                               Replica.LOCKSTEP] else -1
-                      for e in range(len(executors))]
+        self.group = engine_groups(core)  # each engine's attention DP replica, or -1
         for e in range(len(executors)):
             if self.group[e] < 0:
                 env.process(self.engine(e))

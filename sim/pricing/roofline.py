@@ -289,8 +289,11 @@ def _token_ops(p, tokens, out):
         act = tokens * h * p[ABYTES]
         busiest = p[IMBALANCE]  # the busiest GPU's tokens over the mean GPU's
         touched = e * (1.0 - (1.0 - k / e) ** _max(tokens, 1.0))  # distinct experts read
+        # the tokens' activations in and out: with experts split over the GPUs each GPU moves those of
+        # its own experts' tokens (1/tp of them, the busiest more); split by columns, every token's
+        routed = 2.0 * act * k * busiest / (tp if p[EXPERT_PARALLEL] != 0.0 else 1.0)
         out[OP_MOE_MLP] = L * _gemm(2.0 * tokens * k * expert / tp / p[FLOPS] * busiest,
-                                    (touched * expert * p[WBYTES] / tp + 2.0 * act * k * busiest) / p[BANDWIDTH], w)
+                                    (touched * expert * p[WBYTES] / tp + routed) / p[BANDWIDTH], w)
         out[OP_MOE_ROUTER] = L * _max(2.0 * tokens * h * e / p[FLOPS], h * e * p[WBYTES] / p[BANDWIDTH])
 
 
@@ -462,13 +465,13 @@ def group_time(p, draft, shapes, n, merged, ops):
     own; ``merged``: their sum): each rank computes its attention, dense layers, norms and LM
     head on its own rows on its tp / dp GPUs, and the slowest sets that part; the experts, their
     router and all-to-all (and a draft model) take every rank's tokens. The engine's CPU overhead
-    is paid once per step and per running request of every rank, as its constants were fitted
-    (counting only the busiest rank's requests, as if the ranks' host work overlapped, moved the
-    published attention-DP cases 5–25% faster than measured). Never below the merged step's
-    physical floor."""
+    is paid once per step and per running request of the busiest rank: each rank's scheduler is
+    a process of its own (SGLang, TensorRT-LLM), so their host work runs side by side. Never
+    below the merged step's physical floor."""
     dp = p[DP]
     scaled = np.empty(SHAPE_SIZE)
     slowest = 0.0
+    seqs = 0.0
     for i in range(n):
         # a rank's own parts: the row priced as if every rank had this one's rows (it divides them by dp)
         for j in range(SHAPE_SIZE):
@@ -478,9 +481,10 @@ def group_time(p, draft, shapes, n, merged, ops):
         roofline_ops(p, draft, scaled, ops)
         own = _sum(ops) - ops[OP_MOE_MLP] - ops[OP_MOE_ROUTER] - ops[OP_ALL_TO_ALL] - ops[OP_DRAFT]
         slowest = _max(slowest, own)
+        seqs = _max(seqs, shapes[i, NUM_SEQS])
     roofline_ops(p, draft, merged, ops)
     shared = ops[OP_MOE_MLP] + ops[OP_MOE_ROUTER] + ops[OP_ALL_TO_ALL] + ops[OP_DRAFT]
-    return p[OVERHEAD] + p[ROW_OVERHEAD] * merged[NUM_SEQS] + _max(slowest + shared, floor_time(p, merged))
+    return p[OVERHEAD] + p[ROW_OVERHEAD] * seqs + _max(slowest + shared, floor_time(p, merged))
 
 
 @leaf

@@ -78,7 +78,8 @@ def memory_budget(model: ModelSpec, gpu: GpuSpec, *, tp: int = 1, pp: int = 1,
     (Either way an MoE layer's weights divide evenly, so the per-GPU share is the same.)
     With ``dp`` data-parallel attention ranks (wide EP) every rank of ``tp / dp`` GPUs holds the
     weights but the experts, and the KV cache of its own requests only: a token's KV lives on one
-    rank; EPLB's ``redundant_experts`` add their copies' weights, spread over the ``tp`` GPUs.
+    rank; EPLB's ``redundant_experts`` add their copies' weights, spread over the ``tp`` GPUs; the
+    activation reserve is one rank's step (``max_batched_tokens`` and ``max_num_seqs`` are a rank's).
     """
     weights = (model.weight_bytes(weight_dtype) + draft_weight_bytes) / (tp * pp)
     if dp > 1 or redundant_experts:
@@ -88,7 +89,7 @@ def memory_budget(model: ModelSpec, gpu: GpuSpec, *, tp: int = 1, pp: int = 1,
         weights = (rest / (tp // dp) + (experts + copies) / tp) / pp
     per_token = (model.kv_bytes_per_token_gpu(kv_dtype, tp // dp, pp) / dp if dp > 1
                  else model.kv_bytes_per_token_gpu(kv_dtype, tp, pp))
-    act = (activation_reserve_bytes(model, max_batched_tokens, max_num_seqs, tp)
+    act = (activation_reserve_bytes(model, max_batched_tokens, max_num_seqs, tp // dp)
            if activation_bytes is None else activation_bytes)
     pooled = state_share(model, block_size, kv_dtype, tp, pp) if state_memory == "pool" else {}
     state = 0.0 if pooled else model.state_bytes_per_request() * max_num_seqs / (tp * pp)

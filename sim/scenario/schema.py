@@ -824,6 +824,8 @@ class Scenario(Strict):
         return self.hardware.gpu_spec
 
     def memory_for(self, hw: Hardware, sch: Scheduler) -> MemoryBudget:
+        if hw.dp_attention > 1:  # each GPU runs its attention rank's steps: the activations of its share
+            sch = sch.per_rank(hw.dp_attention)
         step_tokens = sch.chunk_size if sch.policy in CHUNKING else sch.max_batched_tokens
         act = None if hw.activation_reserve_gb is None else hw.activation_reserve_gb * 1024**3
         slots = sch.max_num_seqs * -(-sch.slot_context // sch.block_size) if sch.policy == "slots" else None

@@ -9,21 +9,38 @@ from benchmarks import published
 
 
 def test_cases_with_unmet_needs_are_skipped_and_counted():
-    path = published.HERE / "sources" / "lmsys-2025-05-large-scale-ep-dsv3-h100.yaml"
+    path = published.HERE / "sources" / "mooncake-ssd-offload-qwen3-8b-a100.yaml"
     n = len(yaml.safe_load(path.read_text())["cases"])
-    assert published.load_cases(["lmsys-2025-05-large-scale-ep-dsv3-h100"]) == []
-    assert sum(published.SKIPPED.values()) == n and "pd-disagg+wide-ep" in published.SKIPPED
+    assert published.load_cases(["mooncake-ssd-offload-qwen3-8b-a100"]) == []
+    assert sum(published.SKIPPED.values()) == n and "kv-tiers+multi-turn" in published.SKIPPED
 
 
 def test_no_loaded_case_needs_anything_unsupported():
     needing = set()
     for path in (published.HERE / "sources").glob("*.yaml"):
         for c in yaml.safe_load(path.read_text())["cases"]:
-            if set(c.get("needs") or ()) - published.SUPPORTED_NEEDS:
+            if published.unmet_needs(c):
                 needing.add(c["id"])
+            elif set(c.get("needs") or ()) - published.SUPPORTED_NEEDS:  # only one phase of a PD setup
+                assert c["disagg"]["measured"] in ("prefill", "decode")
     loaded = {c.id for c in published.load_cases()}
     assert needing and not needing & loaded
     assert sum(published.SKIPPED.values()) == len(needing)
+
+
+def test_one_phase_measured_alone_runs_as_a_replica_of_that_phase():
+    """The LMSYS wide-EP runs measured prefill on 32 GPUs and decode on 72, each with the other
+    phase unlimited: a replica of the phase's GPUs doing only that phase (the MTP run is skipped)."""
+    cases = {c.id: c for c in published.load_cases(["lmsys-2025-05-large-scale-ep-dsv3-h100"])}
+    assert len(cases) == 5 and published.SKIPPED == {"mtp": 1}
+    pre = published.scenario_dict(cases["lmsys0505ep-inthrnode-i01024-h100x32-deepseek-v3-fp8-dp32ep32-prefill"])
+    assert "disaggregation" not in pre
+    assert pre["hardware"]["dp_attention"] == 32 and pre["hardware"]["two_batch_overlap"]
+    assert pre["workload"]["output_len"] == {"dist": "fixed", "value": 1}
+    assert pre["scheduler"]["chunk_size"] == 16384 * 32 and pre["workload"]["num_requests"] == 10 * 32 * 16
+    dec = published.scenario_dict(cases["lmsys0505ep-outthrnode-i02000-h100x72-deepseek-v3-fp8-dp72ep72-decode-b0256"])
+    assert dec["scheduler"]["max_num_seqs"] == 256 * 72 == dec["workload"]["num_requests"]
+    assert dec["workload"]["prompt_len"]["value"] + published.PHASE_DECODE / 2 == 2000
 
 
 def test_dp_attention_cases_run_as_one_replica_of_their_expert_parallel_group():

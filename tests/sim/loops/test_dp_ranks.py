@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.core.plan import SHAPE_SIZE, Shape
+from sim.core.plan import SHAPE_SIZE, Shape, StepShape
 from sim.core.state import engines_of
 from sim.loops.run import simulate
 from sim.pricing import Pricer
@@ -115,3 +115,35 @@ def test_kv_tiers_with_attention_dp_are_refused_by_name():
     with pytest.raises(ScenarioError, match=r"kv_tiers.*attention DP"):
         wide(scheduler={"prefix_caching": True},
              kv_tiers={"tiers": [{"medium": "cpu", "capacity_gb": 8}]})
+
+
+def test_the_engines_time_per_request_is_the_busiest_ranks():
+    """Each rank's scheduler is a process of its own: the per-request host time of a step of four
+    ranks of 8 rows is that of 8 rows, not 32."""
+    from sim.scenario.engines import EngineCost
+
+    def group(row_s):
+        cost = RooflineCost(get_model("qwen3-30b-a3b"), get_gpu("H100-SXM"), tp=4, expert_parallel=True, dp=4,
+                            engine=EngineCost(row_overhead_s=row_s))
+        return Pricer(cost).price_group(np.stack([_decode(8)] * 4))
+
+    assert group(1e-3) - group(0.0) == pytest.approx(8e-3, rel=1e-9)
+
+
+def test_a_rank_reserves_activations_for_its_own_step():
+    from sim.scenario.memory import activation_reserve_bytes
+
+    s = wide(scheduler={"max_num_seqs": 64, "max_batched_tokens": 16384})
+    mem = s.replica_specs[0].memory
+    assert mem.activation_bytes == pytest.approx(activation_reserve_bytes(s.model_spec, 4096, 16, 1))
+
+
+def test_split_experts_move_only_their_own_tokens_activations():
+    """With experts split over the GPUs (expert parallelism) each GPU moves the activations of the
+    tokens routed to its experts; with every expert split by columns, every token's."""
+    step = _decode(8192)
+    step[Shape.DECODE_SEQS] = step[Shape.DECODE_CONTEXT] = 0.0
+    step[Shape.PREFILL_TOKENS] = 8192.0
+    moe = {ep: RooflineCost(get_model("qwen3-30b-a3b"), get_gpu("H100-SXM"), tp=8, expert_parallel=ep)
+           .op_times(StepShape(*step))["moe_mlp"] for ep in (True, False)}
+    assert moe[True] < moe[False]
