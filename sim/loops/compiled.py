@@ -52,7 +52,7 @@ def run_events(c, costs, L, seats, group):
             turn(c, costs, L, e, 0.0)
         handlers.start(c, 0.0)
         apply(c, L, 0.0)
-    room = 2 * E + 4 * seats + 16  # the most events one event can add
+    room = 2 * E + 4 * seats * group + 16  # the most events one event can add (a group's ranks all commit)
     while L.k[K_HEAP_N]:
         if c.run_counters[RunCounter.LOG_N] + group > LOG_ROWS:
             return LOG_FULL
@@ -91,8 +91,8 @@ def run_compiled(core: Core, costs: Costs, closed: tuple[int, float] | None,
     # loads land between them, and a shared store is written by every engine
     apart = (closed is None and not (core.replicas[:, Replica.ROLE] == DECODE).any() and not core.scale[Scale.ON]
              and not core.settings[:, Setting.TIERS].any())
-    L = new_loop(E, 4 * (2 * E + 4 * seats + 16) + (closed[0] if closed else 0), apart)
     group = lockstep.largest_group(core)
+    L = new_loop(E, 4 * (2 * E + 4 * seats * group + 16) + (closed[0] if closed else 0), apart)
     c, cost_ref, ref = core_ref(core), costs_ref(costs), loop_ref(L)
     while True:
         why = run_events(c, cost_ref, ref, seats, group)

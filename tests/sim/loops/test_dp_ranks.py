@@ -147,3 +147,16 @@ def test_split_experts_move_only_their_own_tokens_activations():
     moe = {ep: RooflineCost(get_model("qwen3-30b-a3b"), get_gpu("H100-SXM"), tp=8, expert_parallel=ep)
            .op_times(StepShape(*step))["moe_mlp"] for ep in (True, False)}
     assert moe[True] < moe[False]
+
+
+def test_every_rank_finishing_at_once_in_a_closed_loop_runs_alike_in_both_loops():
+    """A closed loop of equal requests: all the ranks' requests finish at the same step end, and
+    each user sends the next at once (the compiled loop keeps room on its heap for a whole group's)."""
+    s = dict(hardware=dict(WIDE, tp=8, dp_attention=8), scheduler={"max_num_seqs": 256},
+             workload={"num_requests": 1024, "arrival": {"process": "closed", "concurrency": 256},
+                       "prompt_len": {"dist": "fixed", "value": 64}, "output_len": {"dist": "fixed", "value": 8}})
+    ref = simulate(wide(simulation={"loop": "simpy"}, **s))
+    fast = simulate(wide(simulation={"loop": "compiled"}, **s))
+    assert (ref.requests["status"] == "finished").all()
+    assert ref.requests["e2e"].tolist() == fast.requests["e2e"].tolist()
+    assert ref.steps["start"].tolist() == fast.steps["start"].tolist()
