@@ -14,6 +14,9 @@ CHUNKING: tuple[Policy, ...] = ("chunked-prefill", "slots")
 RESERVING: tuple[Policy, ...] = ("static", "slots")
 RouterPolicy = Literal["round-robin", "least-outstanding", "least-kv", "power-of-two", "prefix-affinity"]
 Role = Literal["colocated", "prefill", "decode"]  # what a replica's engines do (disaggregation)
+# which attention DP rank of a replica takes a request (SGLang's --load-balance-method): in turn, or
+# the one with the fewest requests waiting and running
+DpBalance = Literal["round-robin", "shortest-queue"]
 # prefix-affinity: where a prompt with no remembered prefix goes
 RouterNoMatch = Literal["least-loaded", "smallest-record"]
 ScalePolicy = Literal["queue", "kv", "sla"]  # what an autoscaler sizes the fleet by (sim/core/autoscale.py)
@@ -40,6 +43,7 @@ def constant(name: str) -> str:
 POLICIES = codes(Policy)
 ROUTERS = codes(RouterPolicy)
 ROLES = codes(Role)
+DP_BALANCES = codes(DpBalance)
 NO_MATCH = codes(RouterNoMatch)
 SCALE_POLICIES = codes(ScalePolicy)
 FORECASTS = codes(Forecast)

@@ -38,6 +38,7 @@ from sim.core.state import (
     POWER_OF_TWO,
     PREFIX_AFFINITY,
     ROUND_ROBIN,
+    SHORTEST_QUEUE,
     SMALLEST_RECORD,
     Replica,
     Routing,
@@ -128,7 +129,9 @@ def submit(c, r, rid, now):
     server's RunTime.FRONTEND before. Returns that engine."""
     first, count = c.replicas[r, Replica.FIRST], c.replicas[r, Replica.COUNT]
     e = first
-    if count > 1:
+    if count > 1 and c.replicas[r, Replica.BALANCE] == SHORTEST_QUEUE:  # attention DP: the least loaded rank
+        e = least_loaded_engine(c, r)
+    elif count > 1:
         e = first + c.replicas[r, Replica.TURN]
         c.replicas[r, Replica.TURN] = (c.replicas[r, Replica.TURN] + 1) % count
     req = c.req
@@ -141,15 +144,22 @@ def submit(c, r, rid, now):
 
 
 @jit
-def receive(c, r, rid):
-    """A request prefilled elsewhere waits at decode replica ``r`` (at its least loaded engine)
-    for room to receive its KV cache. Returns that engine."""
+def least_loaded_engine(c, r):
+    """Replica ``r``'s engine with the fewest requests waiting, running or on their way (ties: the first)."""
     first, count = c.replicas[r, Replica.FIRST], c.replicas[r, Replica.COUNT]
     e, best = first, engine_outstanding(c, first)
     for x in range(first + 1, first + count):
         out = engine_outstanding(c, x)
         if out < best:
             e, best = x, out
+    return e
+
+
+@jit
+def receive(c, r, rid):
+    """A request prefilled elsewhere waits at decode replica ``r`` (at its least loaded engine)
+    for room to receive its KV cache. Returns that engine."""
+    e = least_loaded_engine(c, r)
     req = c.req
     req.source[rid] = req.engine[rid]
     req.replica[rid] = r

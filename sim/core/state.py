@@ -24,6 +24,7 @@ from sim.core.jit import HAVE_NUMBA, entry, struct
 from sim.core.plan import SHAPE_SIZE
 from sim.core.requests import Requests, RequestTable, requests_ref
 from sim.vocab import (
+    DP_BALANCES,
     FORECASTS,
     NO_MATCH,
     POLICIES,
@@ -71,11 +72,12 @@ TierCost = columns("TierCost", "LATENCY BLOCK_S SHARED",
 TierStat = columns("TierStat", "LOADED LOADS STORED SKIPPED",
                    "What engine e's k-th tier did: tier_n[e, k, TierStat.X]: blocks loaded back, loads, blocks "
                    "stored (new there), blocks found but recomputed (too few to load).")
-Replica = columns("Replica", "FIRST COUNT TURN ROLE RECORD LOCKSTEP BUSY",
+Replica = columns("Replica", "FIRST COUNT TURN ROLE RECORD LOCKSTEP BUSY BALANCE",
                   "A replica: replicas[r, Replica.X] (int64): its first engine, their count (pp, or attention "
                   "DP's ranks), whose turn; RECORD: prefix-affinity's prompt tokens routed there beyond the "
                   "prefixes they matched; LOCKSTEP: its engines are attention DP ranks, which step together "
-                  "(sim/core/lockstep.py); BUSY: such a replica's step is under way.")
+                  "(sim/core/lockstep.py); BUSY: such a replica's step is under way; BALANCE: which rank "
+                  "takes a request (DP_BALANCES).")
 PipeCost = columns("PipeCost", "OVERHEAD HIDDEN_BYTES LINK LATENCY STAGE",
                    "A replica's pipeline hand-off costs: pipe_costs[r, PipeCost.X] (sim/pricing/links.py).")
 Routing = columns("Routing", "KIND FIRST COUNT TURN BALANCE NO_MATCH SAMPLED ADD_ROUTED SAMPLES",
@@ -121,6 +123,7 @@ COLOCATED, PREFILL, DECODE = ROLES.values()
 FRONT, BACK = 0, 1
 ROUND_ROBIN, LEAST_OUTSTANDING, LEAST_KV, POWER_OF_TWO, PREFIX_AFFINITY = ROUTERS.values()
 LEAST_LOADED, SMALLEST_RECORD = NO_MATCH.values()
+SHORTEST_QUEUE = DP_BALANCES["shortest-queue"]  # attention DP ranks' balance (round-robin otherwise)
 QUEUE, KV, SLA = SCALE_POLICIES.values()
 LAST, TREND = FORECASTS.values()
 # The outbox: what an engine's turn left for its loop to act on, as rid * 8 + kind.
@@ -224,6 +227,7 @@ class EngineSpec:
     min_load_blocks: int = 0  # fewer found in the tiers are recomputed
     tier_write: str = "through"  # when blocks reach the tiers (sim/vocab.py: TierWrite)
     lockstep: bool = False  # one of a replica's attention DP ranks (they step together)
+    balance: str = "round-robin"  # which of them takes a request (sim/vocab.py: DpBalance)
 
 
 @dataclass(frozen=True)
@@ -257,7 +261,7 @@ def engines_of(scenario, tiers: list[tuple[TierSpec, ...]] | None = None) -> lis
         out += [EngineSpec(sch, mem.num_blocks // n, mem.block_size, max_len,
                            spec.index, spec.role, host, hw.tp, mem.window_blocks, mem.window_ppm,
                            mem.window, mem.state_ppm, own, load, -(-least // mem.block_size), write,
-                           lockstep=ranks > 1)] * n
+                           lockstep=ranks > 1, balance=hw.dp_balance)] * n
     return out
 
 
@@ -351,7 +355,7 @@ def core_of(engines: list[EngineSpec], requests: RequestTable, *, seed: int = 0,
         s = x.scheduler
         if replicas[x.replica, Replica.COUNT] == 0:
             put(replicas[x.replica], Replica, first=e, count=0, turn=0, role=ROLES[x.role], record=0,
-                lockstep=x.lockstep, busy=0)
+                lockstep=x.lockstep, busy=0, balance=DP_BALANCES[x.balance])
         replicas[x.replica, Replica.COUNT] += 1
         put(settings[e], Setting, policy=POLICIES[s.policy], num_blocks=x.num_blocks, block_size=x.block_size,
             max_seqs=s.max_num_seqs, max_batched=s.max_batched_tokens, chunk=s.chunk_size,

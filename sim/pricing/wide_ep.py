@@ -12,8 +12,9 @@ copies of the hottest) are placed.
 Each DP rank is an engine of its own in the core, and the ranks step together
 (sim/core/lockstep.py): a step's attention and dense layers are the slowest rank's, its experts
 take every rank's tokens (roofline.group_time). What is approximated, and said so in the run's
-warnings (sim/scenario/schema.py): requests go to the ranks in turn, and the routing distribution
-is a steady share per expert (no sampling noise of small batches). A replica-level shape priced
+warnings (sim/scenario/schema.py): the routing distribution is a steady share per expert (no
+sampling noise of small batches). Requests go to the ranks in turn or to the least loaded
+(``hardware.dp_balance``, sim/core/router.py). A replica-level shape priced
 with ``price`` (a study's capacity model, Python callers) takes its rows as spread evenly.
 """
 

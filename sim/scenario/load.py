@@ -206,6 +206,8 @@ def check_wide_ep(s: Scenario, r: ReplicaSpec, source: str, field: str) -> None:
     its experts split (expert_parallel), ranks that divide the GPUs, whole experts per GPU (with
     EPLB's copies), and no layers it does not model."""
     hw, spec = r.hardware, s.model_spec
+    if hw.dp_balance != "round-robin" and hw.dp_attention == 1:
+        raise ScenarioError(source, f"{field}.dp_balance", "balances attention DP ranks: set dp_attention > 1")
     wide = hw.dp_attention > 1 or hw.expert_load is not None or hw.two_batch_overlap
     if not wide:
         return

@@ -46,6 +46,7 @@ from sim.traffic.schema import PositiveInt, Slo, Strict, WorkloadSpec
 from sim.vocab import (
     CHUNKING,
     RESERVING,
+    DpBalance,
     Forecast,
     Policy,
     Role,
@@ -129,6 +130,7 @@ class Hardware(Strict):
     # attention DP); experts over all tp GPUs (expert_parallel), tokens dispatched and combined by
     # all-to-all; two_batch_overlap: one half-batch's all-to-all runs while the other computes.
     dp_attention: PositiveInt = 1
+    dp_balance: DpBalance = "round-robin"  # which rank takes a request: in turn, or the least loaded
     expert_load: ExpertLoad | None = None  # default: uniform over the experts, placed in order
     two_batch_overlap: bool = False
     memory_utilization: Fraction = 0.9
@@ -814,9 +816,8 @@ class Scenario(Strict):
             notes += [n for n in r.memory.notes if n not in notes]
         if any(r.hardware.dp_attention > 1 for r in self.replica_specs):
             notes.append("dp_attention: each attention rank has its own queue, limits and KV cache and the ranks "
-                         "step together (the slowest sets the step); requests go to the ranks in turn (SGLang's "
-                         "round-robin; a load-aware balancer is not modelled); expert routing as steady shares "
-                         "(no small-batch noise)")
+                         "step together (the slowest sets the step); expert routing as steady shares (no "
+                         "small-batch noise)")
         return notes
 
     @cached_property

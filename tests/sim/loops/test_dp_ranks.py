@@ -160,3 +160,30 @@ def test_every_rank_finishing_at_once_in_a_closed_loop_runs_alike_in_both_loops(
     assert (ref.requests["status"] == "finished").all()
     assert ref.requests["e2e"].tolist() == fast.requests["e2e"].tolist()
     assert ref.steps["start"].tolist() == fast.steps["start"].tolist()
+
+
+@pytest.mark.parametrize("loop", ["compiled", "simpy"])
+def test_shortest_queue_sends_a_request_to_the_least_loaded_rank(loop):
+    """Two ranks: a long request holds rank 0 while short ones come and go. In turn, the second
+    short one waits on rank 0 beside the long one; by shortest queue it takes the idle rank 1."""
+    def ranks(balance: str):
+        s = wide(hardware={"tp": 2, "dp_attention": 2, "dp_balance": balance}, simulation={"loop": loop},
+                 workload={"classes": [
+                     {"name": "long", "num_requests": 1, "arrival": {"process": "constant", "rate": 100},
+                      "prompt_len": {"dist": "fixed", "value": 100}, "output_len": {"dist": "fixed", "value": 400}},
+                     {"name": "short", "num_requests": 3, "arrival": {"process": "constant", "rate": 2},
+                      "prompt_len": {"dist": "fixed", "value": 100}, "output_len": {"dist": "fixed", "value": 5}}]})
+        r = simulate(s).requests.sort_values("arrival")
+        assert r["class"].tolist() == ["long", "short", "short", "short"]
+        assert r["e2e"].iloc[0] > r["arrival"].iloc[-1]  # the long one runs past the last arrival
+        return r["arrival_engine"].tolist()
+
+    assert ranks("round-robin") == [0, 1, 0, 1]
+    assert ranks("shortest-queue") == [0, 1, 1, 1]
+
+
+def test_dp_balance_without_ranks_is_refused_by_name():
+    from sim.errors import ScenarioError
+
+    with pytest.raises(ScenarioError, match=r"hardware\.dp_balance"):
+        scenario(hardware={"dp_balance": "shortest-queue"})

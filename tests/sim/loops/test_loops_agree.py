@@ -177,9 +177,11 @@ FEATURES = {
     "moe-wide-ep": {"model": "qwen3-30b-a3b", "hardware": {
         "gpu": "H100-SXM", "tp": 8, "expert_parallel": True, "dp_attention": 8, "two_batch_overlap": True,
         "expert_load": {"distribution": "zipf", "skew": 1.0, "eplb": True, "redundant_experts": 8}}, **BURSTY},
-    # attention DP ranks under KV pressure with chunked prefill (preemptions on a rank of its own)
+    # attention DP ranks under KV pressure with chunked prefill (preemptions on a rank of its own), each
+    # request to the least loaded rank
     "moe-dp-ranks-pressure": {"model": "qwen3-30b-a3b", "hardware": {
-        "gpu": "H100-SXM", "tp": 4, "expert_parallel": True, "dp_attention": 4, "kv_blocks": 1200},
+        "gpu": "H100-SXM", "tp": 4, "expert_parallel": True, "dp_attention": 4, "kv_blocks": 1200,
+        "dp_balance": "shortest-queue"},
         "scheduler": {"policy": "chunked-prefill", "chunk_size": 2048, "max_num_seqs": 128},
         "workload__prompt_len": {"dist": "uniform", "min": 50, "max": 1500}, **PRESSURE},
     # prefill and decode pools of attention DP ranks (the decode pool's ranks receive the KV caches)
